@@ -1,0 +1,1 @@
+"""Protobuf and gRPC modules generated from proto/api.proto (private)."""

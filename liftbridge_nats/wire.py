@@ -1,0 +1,174 @@
+"""Envelope payloads: publish messages out, acks (and published messages) in.
+
+Sans-IO like :mod:`liftbridge_nats.envelope`. Publish messages are assembled directly
+as protobuf bytes: the Message schema is small and fixed, and building bytes skips a
+protobuf object per message on the hot path. The test suite checks the result against
+the protobuf library, an independent implementation of the same schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from ._proto import api_pb2
+from .envelope import MsgType, decode, header
+from .errors import EnvelopeError
+from .messages import Ack, AckError, AckPolicy, Message
+
+__all__ = [
+    "NO_OFFSET_CHECK",
+    "PublishedMessage",
+    "decode_ack",
+    "decode_ack_payload",
+    "decode_publish",
+    "encode_publish",
+    "message_from_proto",
+    "varint",
+]
+
+NO_OFFSET_CHECK = -1
+_UINT64 = 1 << 64
+
+
+def varint(value: int) -> bytes:
+    """Protobuf base-128 varint; negative int64 values take their 64-bit two's complement."""
+    if value < 0:
+        value += _UINT64
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _length_delimited(tag: int, data: bytes) -> bytes:
+    return bytes((tag,)) + varint(len(data)) + data
+
+
+_TAG_OFFSET = b"\x08"
+_TAG_KEY = 0x12
+_TAG_VALUE = 0x1A
+_TAG_HEADER = 0x4A
+_TAG_ACK_INBOX = 0x52
+_TAG_CORRELATION_ID = 0x5A
+_TAG_ACK_POLICY = b"\x60"
+_NO_CHECK_FIELD = _TAG_OFFSET + varint(NO_OFFSET_CHECK)
+
+
+def encode_publish(
+    value: bytes,
+    *,
+    key: bytes | None = None,
+    headers: Mapping[str, bytes] | None = None,
+    ack_inbox: str = "",
+    correlation_id: str = "",
+    ack_policy: AckPolicy = AckPolicy.LEADER,
+    expected_offset: int | None = None,
+    crc: bool = False,
+) -> bytes:
+    """Build a complete type-0 envelope carrying a protobuf ``Message``.
+
+    ``expected_offset`` None sends -1 ("no check") so that streams with optimistic
+    concurrency control accept the message; proto3's default 0 would mean "expect 0".
+    """
+    parts = [_NO_CHECK_FIELD if expected_offset is None else _TAG_OFFSET + varint(expected_offset)]
+    if key:
+        parts.append(_length_delimited(_TAG_KEY, key))
+    if value:
+        parts.append(_length_delimited(_TAG_VALUE, value))
+    if headers:
+        for name, data in headers.items():
+            entry = _length_delimited(0x0A, name.encode()) + _length_delimited(0x12, data)
+            parts.append(_length_delimited(_TAG_HEADER, entry))
+    if ack_inbox:
+        parts.append(_length_delimited(_TAG_ACK_INBOX, ack_inbox.encode()))
+    if correlation_id:
+        parts.append(_length_delimited(_TAG_CORRELATION_ID, correlation_id.encode()))
+    if ack_policy:
+        parts.append(_TAG_ACK_POLICY + varint(int(ack_policy)))
+    payload = b"".join(parts)
+    return header(MsgType.PUBLISH, payload, crc=crc) + payload
+
+
+def _parse(message: api_pb2.Ack | api_pb2.Message, payload: bytes | memoryview, what: str) -> None:
+    try:
+        message.ParseFromString(payload)  # type: ignore[arg-type]  # accepts any buffer
+    except DecodeError as exc:
+        raise EnvelopeError(f"{what} payload is not a valid protobuf {what}: {exc}") from None
+
+
+def decode_ack_payload(payload: bytes | memoryview) -> Ack:
+    """Parse the protobuf ``Ack`` carried by a type-1 envelope."""
+    pb = api_pb2.Ack()
+    _parse(pb, payload, "Ack")
+    try:
+        policy = AckPolicy(pb.ackPolicy)
+        error = AckError(pb.ackError)
+    except ValueError as exc:
+        raise EnvelopeError(f"Ack carries an unknown enum value: {exc}") from None
+    return Ack(
+        stream=pb.stream,
+        partition_subject=pb.partitionSubject,
+        message_subject=pb.msgSubject,
+        offset=pb.offset,
+        ack_inbox=pb.ackInbox,
+        correlation_id=pb.correlationId,
+        ack_policy=policy,
+        reception_timestamp=pb.receptionTimestamp,
+        commit_timestamp=pb.commitTimestamp,
+        error=error,
+    )
+
+
+def decode_ack(data: bytes | bytearray | memoryview) -> Ack:
+    """Decode a whole type-1 envelope into an :class:`Ack`; EnvelopeError otherwise."""
+    env = decode(data)
+    if env.msg_type is not MsgType.ACK:
+        raise EnvelopeError(f"expected an ACK envelope, got {env.msg_type.name}")
+    return decode_ack_payload(env.payload)
+
+
+def message_from_proto(pb: api_pb2.Message) -> Message:
+    """Turn a protobuf ``Message`` (as Subscribe streams it) into a public :class:`Message`."""
+    return Message(
+        stream=pb.stream,
+        partition=pb.partition,
+        offset=pb.offset,
+        value=pb.value,
+        key=pb.key or None,
+        timestamp=pb.timestamp,
+        subject=pb.subject,
+        reply_subject=pb.replySubject,
+        headers=dict(pb.headers),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedMessage:
+    """What a type-0 envelope carries, as a publisher sent it."""
+
+    message: Message
+    ack_inbox: str
+    correlation_id: str
+    ack_policy: AckPolicy
+    expected_offset: int
+
+
+def decode_publish(data: bytes | bytearray | memoryview) -> PublishedMessage:
+    """Decode a type-0 envelope. Used by tests and tools that inspect what publishers send."""
+    env = decode(data)
+    if env.msg_type is not MsgType.PUBLISH:
+        raise EnvelopeError(f"expected a PUBLISH envelope, got {env.msg_type.name}")
+    pb = api_pb2.Message()
+    _parse(pb, env.payload, "Message")
+    try:
+        policy = AckPolicy(pb.ackPolicy)
+    except ValueError as exc:
+        raise EnvelopeError(f"Message carries an unknown ack policy: {exc}") from None
+    return PublishedMessage(
+        message_from_proto(pb), pb.ackInbox, pb.correlationId, policy, pb.offset
+    )
