@@ -154,3 +154,35 @@ class RpcTimeoutError(RpcError, TimeoutError):
 
 class ClientClosedError(LiftbridgeError):
     """The client (or consumer) is closed; open a new one."""
+
+
+class NoRespondersError(AckTimeoutError):
+    """NATS reported that nobody listens on the subject: the message was NOT stored.
+
+    The early, certain form of an ack timeout: no stream records the subject, the
+    partition is paused, or a leader fail-over (or a reconnect to NATS) is in progress.
+    Publishing the same message again cannot duplicate it.
+    """
+
+    retriable = True
+
+
+class NoStoredPositionError(ConsumerGroupError):
+    """A group member got a partition with no stored position and no start position to
+    fall back on (``start_position=None``); set a cursor or a start position."""
+
+    retriable = False
+
+
+class CursorsDisabledError(LiftbridgeError):
+    """The cluster keeps no cursors: start the brokers with ``cursors.stream.partitions`` > 0."""
+
+
+class RetriedIncorrectOffsetError(IncorrectOffsetError):
+    """Optimistic concurrency refused a *re-sent* copy of a message (``retry=True``).
+
+    An earlier copy of the same message was most likely stored at the expected offset
+    and its ack was lost: check the partition before publishing it again.
+    """
+
+    retried: ClassVar[bool] = True

@@ -1,0 +1,230 @@
+"""gRPC plumbing shared by the client: TLS, one channel per broker, errors, backoff.
+
+Nothing here knows about streams or partitions; :mod:`liftbridge_nats.client` decides
+where a call goes, this module makes the call possible and turns its failures into the
+SDK's error family.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import grpc
+import grpc.aio
+
+from ._proto import api_pb2_grpc
+from .errors import (
+    BadRequestError,
+    BrokerUnavailableError,
+    InvalidArgumentError,
+    NoLeaderError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    NotLeaderError,
+    PartitionPausedError,
+    ReadonlyPartitionError,
+    RpcError,
+    RpcTimeoutError,
+    StreamExistsError,
+)
+
+if TYPE_CHECKING:
+    from ._proto.api_pb2_grpc import APIAsyncStub
+
+__all__ = [
+    "Backoff",
+    "ChannelPool",
+    "TLSConfig",
+    "parse_brokers",
+    "rpc_error",
+]
+
+# Liftbridge answers "not leader" with FAILED_PRECONDITION and a message naming the
+# leadership; other FAILED_PRECONDITION answers (readonly, paused) are not retriable.
+_NOT_LEADER_HINTS = ("not partition leader", "not cursor partition leader", "not leader")
+# gRPC's words for a failed TLS handshake (BoringSSL / TSI).
+_TLS_HINTS = ("ssl", "tsi_", "handshake", "certificate", "tls")
+# Raft has no leader yet (start-up, fail-over): the server says so with INTERNAL.
+_NO_LEADER_HINTS = ("no known metadata leader", "no leader", "cursors partition")
+
+
+@dataclass(frozen=True, slots=True)
+class TLSConfig:
+    """TLS settings for the gRPC channels, in the shape of an ``ssl`` context's inputs.
+
+    ``ca_file`` verifies the brokers (the system roots when None); ``cert_file`` and
+    ``key_file`` together give a client certificate for mutual TLS; ``server_name``
+    overrides the name checked against the broker certificate (useful when brokers
+    advertise a name the certificate does not carry). Each file may also be given as
+    its PEM content (``bytes``).
+    """
+
+    ca_file: str | Path | bytes | None = None
+    cert_file: str | Path | bytes | None = None
+    key_file: str | Path | bytes | None = None
+    server_name: str | None = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """Build the gRPC channel credentials (reads the files)."""
+        if (self.cert_file is None) != (self.key_file is None):
+            raise InvalidArgumentError("TLS needs both cert_file and key_file, or neither")
+
+        def read(source: str | Path | bytes | None) -> bytes | None:
+            if source is None or isinstance(source, bytes):
+                return source
+            try:
+                return Path(source).read_bytes()
+            except OSError as exc:
+                raise InvalidArgumentError(
+                    f"cannot read TLS file {source}: {exc.strerror}"
+                ) from None
+
+        return grpc.ssl_channel_credentials(
+            root_certificates=read(self.ca_file),
+            private_key=read(self.key_file),
+            certificate_chain=read(self.cert_file),
+        )
+
+
+def parse_brokers(brokers: str | Iterable[str]) -> tuple[str, ...]:
+    """Normalise ``"h:p,h:p"`` or a list of ``"h:p"`` into a tuple of addresses."""
+    if isinstance(brokers, str):
+        items: list[object] = list(brokers.split(","))
+    elif isinstance(brokers, Iterable):
+        items = list(brokers)
+    else:
+        raise TypeError(f"brokers must be 'host:port' strings, got {type(brokers).__name__}")
+    out: list[str] = []
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError(f"broker address must be a 'host:port' str, got {item!r}")
+        addr = item.strip()
+        if not addr:
+            continue
+        host, sep, port = addr.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidArgumentError(f"broker address {addr!r} is not of the form host:port")
+        out.append(addr)
+    if not out:
+        raise InvalidArgumentError("give at least one broker address (host:port)")
+    return tuple(dict.fromkeys(out))
+
+
+class ChannelPool:
+    """One gRPC channel (and API stub) per broker address, opened on first use."""
+
+    def __init__(self, tls: TLSConfig | None = None) -> None:
+        self._tls = tls
+        self._creds = tls.credentials() if tls is not None else None
+        self._channels: dict[str, tuple[grpc.aio.Channel, APIAsyncStub]] = {}
+
+    def stub(self, address: str) -> APIAsyncStub:
+        """The API stub for ``address``; the channel connects lazily."""
+        entry = self._channels.get(address)
+        if entry is None:
+            options: list[tuple[str, str | int]] = [
+                # Brokers restart and move: do not wait long before redialling.
+                ("grpc.initial_reconnect_backoff_ms", 100),
+                ("grpc.max_reconnect_backoff_ms", 1000),
+                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ]
+            if self._creds is not None:
+                if self._tls is not None and self._tls.server_name:
+                    options.append(("grpc.ssl_target_name_override", self._tls.server_name))
+                channel = grpc.aio.secure_channel(address, self._creds, options=options)
+            else:
+                channel = grpc.aio.insecure_channel(address, options=options)
+            entry = (channel, api_pb2_grpc.APIStub(channel))
+            self._channels[address] = entry
+        return entry[1]
+
+    async def close(self) -> None:
+        """Close every channel (cancels the calls still running on them)."""
+        channels = [channel for channel, _ in self._channels.values()]
+        self._channels.clear()
+        for channel in channels:
+            await channel.close()
+
+
+class Backoff:
+    """Exponential backoff with jitter, bounded by a deadline on the loop clock."""
+
+    def __init__(self, deadline: float, *, first: float = 0.05, cap: float = 1.0) -> None:
+        self.deadline = deadline
+        self._delay = first
+        self._cap = cap
+
+    def remaining(self) -> float:
+        """Seconds left before the deadline (never negative)."""
+        return max(0.0, self.deadline - asyncio.get_running_loop().time())
+
+    async def sleep(self) -> bool:
+        """Wait before the next attempt; False when no time is left for one."""
+        delay = self._delay * random.uniform(0.8, 1.2)
+        if delay >= self.remaining():
+            return False
+        await asyncio.sleep(delay)
+        self._delay = min(self._delay * 2, self._cap)
+        return True
+
+
+def rpc_error(exc: grpc.aio.AioRpcError, what: str) -> RpcError:
+    """Translate a gRPC failure of ``what`` (e.g. "create stream 'orders'") into our errors."""
+    code = exc.code()
+    detail = exc.details() or ""
+    low = detail.lower()
+    name = code.name if code is not None else "UNKNOWN"
+    msg = f"{what} failed: {detail or name}"
+    cls: type[RpcError] = RpcError
+    if code == grpc.StatusCode.ALREADY_EXISTS:
+        cls = StreamExistsError
+        msg = f"{what} failed: the stream already exists; pick another name or delete it first"
+    elif code == grpc.StatusCode.NOT_FOUND:
+        cls = NoSuchPartitionError if "partition" in low else NoSuchStreamError
+        msg = f"{what} failed: {detail or 'not found'}; check the name with fetch_metadata()"
+    elif code == grpc.StatusCode.FAILED_PRECONDITION:
+        if any(hint in low for hint in _NOT_LEADER_HINTS):
+            cls = NotLeaderError
+        elif "readonly" in low:
+            cls = ReadonlyPartitionError
+            msg = f"{what} failed: the partition is readonly; set_stream_readonly(..., readonly=False) reopens it"
+        elif "paused" in low or "closed" in low:
+            cls = PartitionPausedError
+    elif code == grpc.StatusCode.UNAVAILABLE:
+        cls = BrokerUnavailableError
+        if any(hint in low for hint in _TLS_HINTS):
+            msg = (
+                f"{what} failed: the TLS handshake with the broker failed ({detail}); check "
+                "the CA file, the client certificate and key, and that the broker speaks TLS"
+            )
+        elif "socket closed" in low:
+            msg = (
+                f"{what} failed: the broker closed the connection ({detail}); if it "
+                "requires TLS, pass tls=TLSConfig(...)"
+            )
+        else:
+            msg = f"{what} failed: broker unavailable ({detail or 'no connection'}); is it running and reachable?"
+    elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        cls = RpcTimeoutError
+        msg = f"{what} timed out; retry or pass a larger timeout"
+    elif code == grpc.StatusCode.INVALID_ARGUMENT:
+        cls = BadRequestError
+    elif code == grpc.StatusCode.INTERNAL and any(hint in low for hint in _NO_LEADER_HINTS):
+        cls = NoLeaderError
+        msg = f"{what} failed: {detail}; the cluster is electing a leader, retry shortly"
+    return cls(msg, code=name)
+
+
+def is_retriable(err: BaseException) -> bool:
+    """Whether repeating the call after a metadata refresh can succeed."""
+    return isinstance(err, NotLeaderError | BrokerUnavailableError | NoLeaderError)
+
+
+def pick(addresses: Sequence[str], attempt: int) -> str:
+    """Rotate through addresses so that retries reach another broker."""
+    return addresses[attempt % len(addresses)]

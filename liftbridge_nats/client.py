@@ -1,0 +1,558 @@
+"""The gRPC client: stream administration, metadata, reading, cursors, groups.
+
+``Client`` is the public face; where calls go and how they are retried lives in
+:mod:`._router`, reading in :mod:`.subscription`, cursors in :mod:`.cursors`, consumer
+groups in :mod:`.groups` and the activity stream in :mod:`.activity`. Publishing over
+gRPC is here for completeness: the NATS-native :class:`~liftbridge_nats.publisher.Publisher`
+is the fast path.
+"""
+
+# Per-call ``timeout`` arguments are part of the public API (seconds, retries included).
+# ruff: noqa: ASYNC109
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from . import cursors as _cursors
+from ._args import (
+    INT32_MAX,
+    Duration,
+    as_bool,
+    as_int32,
+    as_int64,
+    as_millis,
+    checked_int,
+    checked_name,
+    checked_partition,
+    checked_partitions,
+    checked_subject,
+    message_fields,
+    publish_request,
+)
+from ._grpc import TLSConfig, parse_brokers
+from ._proto import api_pb2
+from ._publish_async import AsyncPublisher, ack_from_proto, publish_error
+from ._router import Router
+from .activity import ActivityStream
+from .errors import InvalidArgumentError, LiftbridgeError, NoSuchStreamError
+from .messages import Ack, AckPolicy, StartPosition, StopPosition
+from .metadata import Metadata, PartitionInfo, StreamInfo, partition_from_proto
+from .subscription import Subscription, TimeSpec, subscription_options
+
+if TYPE_CHECKING:
+    import asyncio
+    from types import TracebackType
+
+    from ._router import Stub
+    from .groups import Consumer
+
+__all__ = ["REPLICATION_MAX", "Client", "TLSConfig"]
+
+REPLICATION_MAX = -1
+"""``replication_factor`` that asks for one replica on every broker."""
+
+
+class Client:
+    """An asyncio client of a Liftbridge cluster over its gRPC API.
+
+    ``brokers`` is a list of ``"host:port"`` addresses or one comma-separated string;
+    the client discovers the rest of the cluster from them. ``tls`` is a
+    :class:`TLSConfig` (or True for TLS with the system's CA roots). ``timeout`` bounds
+    each call, retries included. ``resubscribe_wait`` bounds how long a subscription
+    looks for a new partition leader after losing the old one.
+
+    Use it as ``async with Client([...]) as client:``; leaving the block closes every
+    channel and subscription.
+    """
+
+    def __init__(
+        self,
+        brokers: str | Iterable[str],
+        *,
+        tls: TLSConfig | bool | None = None,
+        timeout: float = 10.0,
+        resubscribe_wait: float = 30.0,
+        metadata_max_age: float = 30.0,
+    ) -> None:
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+            raise InvalidArgumentError("timeout must be > 0 seconds")
+        tls_config = TLSConfig() if tls is True else (tls or None)
+        self._router = Router(
+            parse_brokers(brokers),
+            tls=tls_config,
+            timeout=timeout,
+            metadata_max_age=metadata_max_age,
+        )
+        self._resubscribe_wait = resubscribe_wait
+        self._async_publisher: AsyncPublisher | None = None
+        self._consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Client:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        """Reach a broker and load the cluster metadata (``async with`` does this)."""
+        try:
+            await self._router.refresh()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        """Close consumers (they checkpoint and leave), then the channels (idempotent).
+
+        Subscriptions still open end their iteration.
+        """
+        for consumer in list(self._consumers):
+            await consumer.close()  # checkpoints and leaves while channels are open
+        publisher, self._async_publisher = self._async_publisher, None
+        if publisher is not None:
+            await publisher.close()
+        await self._router.close()
+
+    @property
+    def brokers(self) -> tuple[str, ...]:
+        """Addresses of the brokers known from the last metadata fetch."""
+        return tuple(b.address for b in self._router.cache.current.brokers) or self._router.seeds
+
+    # ------------------------------------------------------------------ streams
+
+    async def create_stream(
+        self,
+        subject: str,
+        name: str,
+        *,
+        group: str | None = None,
+        replication_factor: int = 1,
+        partitions: int = 1,
+        retention_max_bytes: int | None = None,
+        retention_max_messages: int | None = None,
+        retention_max_age: Duration | None = None,
+        cleaner_interval: Duration | None = None,
+        segment_max_bytes: int | None = None,
+        segment_max_age: Duration | None = None,
+        compact_enabled: bool | None = None,
+        compact_max_goroutines: int | None = None,
+        auto_pause_time: Duration | None = None,
+        auto_pause_disable_if_subscribers: bool | None = None,
+        min_isr: int | None = None,
+        optimistic_concurrency_control: bool | None = None,
+        encryption: bool | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Create a stream recording NATS ``subject``.
+
+        Options left at None take the server's defaults. Durations are
+        :class:`~datetime.timedelta` or seconds. ``replication_factor``
+        :data:`REPLICATION_MAX` (-1) puts a replica on every broker. ``group`` makes
+        the stream's partitions a NATS queue group: streams sharing a group share the
+        subject's messages instead of each getting all of them.
+
+        Raises :class:`StreamExistsError` when the name is taken.
+        """
+        checked_subject(subject)
+        checked_name(name, "stream name")
+        if group is not None:
+            checked_name(group, "group")
+        checked_int(partitions, "partitions", low=1, high=INT32_MAX)
+        checked_int(replication_factor, "replication_factor", low=REPLICATION_MAX, high=INT32_MAX)
+        if replication_factor == 0:
+            raise InvalidArgumentError("replication_factor must be >= 1, or -1 for every broker")
+        req = api_pb2.CreateStreamRequest(
+            subject=subject,
+            name=name,
+            group=group or "",
+            replicationFactor=replication_factor,
+            partitions=partitions,
+            retentionMaxBytes=as_int64(retention_max_bytes, "retention_max_bytes"),
+            retentionMaxMessages=as_int64(retention_max_messages, "retention_max_messages"),
+            retentionMaxAge=as_millis(retention_max_age, "retention_max_age"),
+            cleanerInterval=as_millis(cleaner_interval, "cleaner_interval"),
+            segmentMaxBytes=as_int64(segment_max_bytes, "segment_max_bytes"),
+            segmentMaxAge=as_millis(segment_max_age, "segment_max_age"),
+            compactEnabled=as_bool(compact_enabled),
+            compactMaxGoroutines=as_int32(compact_max_goroutines, "compact_max_goroutines"),
+            autoPauseTime=as_millis(auto_pause_time, "auto_pause_time"),
+            autoPauseDisableIfSubscribers=as_bool(auto_pause_disable_if_subscribers),
+            minIsr=as_int32(min_isr, "min_isr"),
+            optimisticConcurrencyControl=as_bool(optimistic_concurrency_control),
+            encryption=as_bool(encryption),
+        )
+
+        async def call(stub: Stub, left: float) -> None:
+            await stub.CreateStream(req, timeout=left)
+
+        await self._router.call_any(f"create stream {name!r}", call, timeout=timeout)
+        await self._settle(name, exists=True)
+
+    async def delete_stream(self, name: str, *, timeout: float | None = None) -> None:
+        """Delete a stream and its data. Raises :class:`NoSuchStreamError` if unknown."""
+        req = api_pb2.DeleteStreamRequest(name=checked_name(name, "stream name"))
+
+        async def call(stub: Stub, left: float) -> None:
+            await stub.DeleteStream(req, timeout=left)
+
+        await self._router.call_any(f"delete stream {name!r}", call, timeout=timeout)
+        await self._settle(name, exists=False)
+
+    async def pause_stream(
+        self,
+        name: str,
+        partitions: Sequence[int] | None = None,
+        resume_all: bool = False,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Pause some partitions (all when None): they stop recording until resumed.
+
+        A paused partition drops NATS publishes silently. It resumes on a gRPC publish,
+        a subscription with ``resume=True``, or :meth:`resume_stream`; with
+        ``resume_all`` resuming one partition resumes every paused one.
+        """
+        req = api_pb2.PauseStreamRequest(
+            name=checked_name(name, "stream name"),
+            partitions=checked_partitions(partitions),
+            resumeAll=resume_all,
+        )
+
+        async def call(stub: Stub, left: float) -> None:
+            await stub.PauseStream(req, timeout=left)
+
+        await self._router.call_any(f"pause stream {name!r}", call, timeout=timeout)
+
+    async def resume_stream(
+        self, name: str, partitions: Sequence[int] | None = None, *, timeout: float | None = None
+    ) -> None:
+        """Resume paused partitions (all when None); running ones are left alone.
+
+        The API has no resume call: the server resumes a partition when a subscriber
+        asks for it, so this opens and closes a ``resume=True`` subscription on each.
+        (Liftbridge v1.9.0 keeps reporting ``paused=True`` in metadata after a resume;
+        ``PartitionInfo.pause_changed`` shows when it last changed.)
+        """
+        info = await self.stream_info(checked_name(name, "stream name"), refresh=True)
+        targets = list(info.partitions) if partitions is None else checked_partitions(partitions)
+        for pid in targets:
+            if pid not in info.partitions:
+                raise NoSuchStreamError(f"stream {name!r} has no partition {pid}", code="NOT_FOUND")
+            sub = self.subscribe(name, partition=pid, resume=True)
+            try:
+                await sub.start()
+            finally:
+                await sub.aclose()
+        await self._router.fetch_metadata([name], timeout=timeout)
+
+    async def set_stream_readonly(
+        self,
+        name: str,
+        partitions: Sequence[int] | None = None,
+        readonly: bool = True,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Make partitions (all when None) readonly, or writable again with ``readonly=False``.
+
+        Publishes to a readonly partition fail (:class:`ReadonlyPartitionError` over
+        gRPC); subscriptions end after the last message.
+        """
+        req = api_pb2.SetStreamReadonlyRequest(
+            name=checked_name(name, "stream name"),
+            partitions=checked_partitions(partitions),
+            readonly=readonly,
+        )
+
+        async def call(stub: Stub, left: float) -> None:
+            await stub.SetStreamReadonly(req, timeout=left)
+
+        await self._router.call_any(f"set stream {name!r} readonly", call, timeout=timeout)
+
+    async def _settle(self, name: str, *, exists: bool) -> None:
+        """Read our own write: wait (briefly) until every broker's metadata shows it.
+
+        Each broker answers from its own copy of the Raft log, which can trail the
+        leader by some milliseconds; without this, a publish or metadata read right
+        after create_stream may reach a broker that does not know the stream yet.
+        """
+        await self._router.await_stream_state(name, exists=exists, within=2.0)
+        with contextlib.suppress(LiftbridgeError):
+            await self._router.fetch_metadata([name])  # update the cache
+
+    # ------------------------------------------------------------------ metadata
+
+    async def fetch_metadata(
+        self,
+        streams: Iterable[str] | None = None,
+        groups: Iterable[str] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Metadata:
+        """Fetch cluster metadata: brokers, the given streams (all when None), groups.
+
+        Streams and groups the cluster does not know are left out of the result.
+        """
+        if isinstance(streams, str) or isinstance(groups, str):
+            raise InvalidArgumentError("streams and groups are lists of names, not one string")
+        return await self._router.fetch_metadata(streams, groups, timeout=timeout)
+
+    async def fetch_partition_metadata(
+        self, stream: str, partition: int = 0, *, timeout: float | None = None
+    ) -> PartitionInfo:
+        """Fresh metadata of one partition, from its leader (exact high watermark)."""
+        req = api_pb2.FetchPartitionMetadataRequest(
+            stream=checked_name(stream, "stream name"), partition=checked_partition(partition)
+        )
+
+        async def call(stub: Stub, left: float) -> PartitionInfo:
+            resp = await stub.FetchPartitionMetadata(req, timeout=left)
+            return partition_from_proto(resp.metadata)
+
+        info = await self._router.call_leader(
+            f"fetch metadata of {stream!r}/{partition}", stream, partition, call, timeout=timeout
+        )
+        self._router.cache.replace_partition(stream, info)
+        return info
+
+    async def stream_info(self, stream: str, *, refresh: bool = False) -> StreamInfo:
+        """A stream's metadata from the cache (fetched when missing, stale or ``refresh``)."""
+        cache = self._router.cache
+        info = None if refresh or cache.stale else cache.current.streams.get(stream)
+        if info is None:
+            info = (await self._router.fetch_metadata([stream])).streams.get(stream)
+        if info is None:
+            raise NoSuchStreamError(
+                f"no stream {stream!r} in the cluster; create it first", code="NOT_FOUND"
+            )
+        return info
+
+    async def partition_count(self, stream: str) -> int:
+        """How many partitions ``stream`` has (cached)."""
+        return (await self.stream_info(stream)).partition_count
+
+    # ------------------------------------------------------------------ reading
+
+    def subscribe(
+        self,
+        stream: str,
+        *,
+        partition: int = 0,
+        start_position: StartPosition | None = None,
+        start_offset: int | None = None,
+        start_time: TimeSpec | None = None,
+        stop_position: StopPosition | None = None,
+        stop_offset: int | None = None,
+        stop_time: TimeSpec | None = None,
+        read_isr_replica: bool = False,
+        resume: bool = False,
+    ) -> Subscription:
+        """Read one partition as an async iterator of :class:`Message`.
+
+        Start: NEW_ONLY (default), OFFSET (``start_offset``), EARLIEST, LATEST, or
+        TIMESTAMP (``start_time``: a datetime, a timedelta meaning "that long ago", or
+        seconds since the epoch); giving ``start_offset``/``start_time`` alone picks the
+        position. Stop: ON_CANCEL (default, follow new messages), OFFSET (inclusive
+        ``stop_offset``), LATEST (the newest message when subscribing), TIMESTAMP
+        (``stop_time``); the iteration ends cleanly there. ``read_isr_replica`` reads
+        from a random in-sync replica instead of the leader; ``resume`` resumes a paused
+        partition first. Arguments are checked now (:class:`InvalidArgumentError`);
+        the server is contacted on ``start()``, ``async with`` or the first message.
+        """
+        options = subscription_options(
+            stream,
+            partition=partition,
+            start_position=start_position,
+            start_offset=start_offset,
+            start_time=start_time,
+            stop_position=stop_position,
+            stop_offset=stop_offset,
+            stop_time=stop_time,
+            read_isr_replica=read_isr_replica,
+            resume=resume,
+        )
+        return Subscription(self._router, options, resubscribe_wait=self._resubscribe_wait)
+
+    def activity(
+        self,
+        *,
+        start_position: StartPosition = StartPosition.EARLIEST,
+        start_offset: int | None = None,
+        start_time: TimeSpec | None = None,
+        stop_position: StopPosition | None = None,
+        stop_offset: int | None = None,
+    ) -> ActivityStream:
+        """Read the cluster's activity stream as typed :class:`ActivityEvent` records.
+
+        The brokers must run with ``activity.stream.enabled: true``.
+        """
+        if start_offset is not None or start_time is not None:
+            start_position_arg: StartPosition | None = None
+        else:
+            start_position_arg = start_position
+        return ActivityStream(
+            self.subscribe(
+                "__activity",
+                start_position=start_position_arg,
+                start_offset=start_offset,
+                start_time=start_time,
+                stop_position=stop_position,
+                stop_offset=stop_offset,
+            )
+        )
+
+    # ------------------------------------------------------------------ cursors
+
+    async def set_cursor(
+        self,
+        cursor_id: str,
+        stream: str,
+        partition: int,
+        offset: int,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Store ``offset`` as the position of cursor ``cursor_id`` on a stream partition."""
+        await _cursors.set_cursor(
+            self._router, cursor_id, stream, partition, offset, timeout=timeout
+        )
+
+    async def fetch_cursor(
+        self, cursor_id: str, stream: str, partition: int, *, timeout: float | None = None
+    ) -> int:
+        """The stored offset of a cursor, -1 when it was never set."""
+        return await _cursors.fetch_cursor(
+            self._router, cursor_id, stream, partition, timeout=timeout
+        )
+
+    # ------------------------------------------------------------------ groups
+
+    def consumer(
+        self,
+        group_id: str,
+        streams: str | Sequence[str],
+        *,
+        consumer_id: str | None = None,
+        auto_checkpoint_interval: float | None = 5.0,
+        start_position: StartPosition | None = StartPosition.EARLIEST,
+        assignment_interval: float | None = None,
+    ) -> Consumer:
+        """A member of consumer group ``group_id`` reading ``streams``.
+
+        ``async with client.consumer("g", ["orders"]) as consumer: async for msg in
+        consumer: ...``. Partitions are assigned by the group coordinator; positions are
+        checkpointed to cursors every ``auto_checkpoint_interval`` seconds (None: only on
+        ``await consumer.checkpoint()``) and on close. A partition without a stored
+        position starts at ``start_position`` (EARLIEST, LATEST or NEW_ONLY; None makes
+        it an error). ``assignment_interval`` overrides the heartbeat interval the
+        server suggests (40% of its consumer timeout).
+        """
+        from .groups import Consumer
+
+        consumer = Consumer(
+            self._router,
+            group_id,
+            [streams] if isinstance(streams, str) else list(streams),
+            consumer_id=consumer_id,
+            auto_checkpoint_interval=auto_checkpoint_interval,
+            start_position=start_position,
+            assignment_interval=assignment_interval,
+            resubscribe_wait=self._resubscribe_wait,
+        )
+        self._consumers.add(consumer)
+        return consumer
+
+    # ------------------------------------------------------------------ publishing
+
+    async def publish(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        partition: int = 0,
+        headers: Mapping[str, bytes] | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        correlation_id: str | None = None,
+        expected_offset: int | None = None,
+        timeout: float | None = None,
+    ) -> Ack | None:
+        """Publish one message over gRPC and wait for its ack (None with AckPolicy.NONE).
+
+        For throughput use the NATS-native Publisher. A publish also resumes a paused
+        partition. Raises :class:`ReadonlyPartitionError`, :class:`IncorrectOffsetError`,
+        :class:`NoSuchStreamError` and the like when the server rejects it.
+        """
+        req = publish_request(
+            stream, value, key, partition, headers, ack_policy, correlation_id, expected_offset
+        )
+
+        async def call(stub: Stub, left: float) -> Ack | None:
+            resp = await stub.Publish(req, timeout=left)
+            return ack_from_proto(resp.ack) if resp.HasField("ack") else None
+
+        try:
+            return await self._router.call_any(f"publish to {stream!r}", call, timeout=timeout)
+        except LiftbridgeError as exc:
+            raise publish_error(exc) from None
+
+    async def publish_async(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        partition: int = 0,
+        headers: Mapping[str, bytes] | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        correlation_id: str | None = None,
+        expected_offset: int | None = None,
+    ) -> asyncio.Future[Ack | None]:
+        """Publish over the long-lived PublishAsync stream; returns a future of the ack.
+
+        Futures of AckPolicy.NONE messages resolve to None once sent.
+        """
+        if self._async_publisher is None:
+            self._async_publisher = AsyncPublisher(self._router)
+        req = publish_request(
+            stream, value, key, partition, headers, ack_policy, correlation_id, expected_offset
+        )
+        return await self._async_publisher.send(req)
+
+    async def publish_to_subject(
+        self,
+        subject: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        correlation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Ack | None:
+        """Publish to a NATS subject through a broker; the ack is the first stream's."""
+        fields = message_fields(value, key, headers, ack_policy, correlation_id)
+        req = api_pb2.PublishToSubjectRequest(subject=checked_subject(subject), **fields)
+
+        async def call(stub: Stub, left: float) -> Ack | None:
+            resp = await stub.PublishToSubject(req, timeout=left)
+            return ack_from_proto(resp.ack) if resp.HasField("ack") else None
+
+        try:
+            return await self._router.call_any(
+                f"publish to subject {subject!r}", call, timeout=timeout
+            )
+        except LiftbridgeError as exc:
+            raise publish_error(exc) from None

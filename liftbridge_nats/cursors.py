@@ -1,0 +1,110 @@
+"""Cursors: named, durable read positions stored by the cluster.
+
+The server keeps cursors in its internal ``__cursors`` stream and only the leader of
+the ``__cursors`` partition that holds a cursor answers for it. Which partition that
+is follows from the cursor's key, ``"<cursor id>,<stream>,<partition>"``, hashed with
+CRC-32 (IEEE) modulo the number of ``__cursors`` partitions: the same rule the server
+and the Go client use, so the call goes straight to the right broker.
+"""
+
+# Per-call ``timeout`` arguments are part of the public API (seconds, retries included).
+# ruff: noqa: ASYNC109
+
+from __future__ import annotations
+
+import zlib
+from typing import TYPE_CHECKING
+
+from ._args import checked_int, checked_name, checked_partition
+from ._proto import api_pb2
+from .errors import CursorsDisabledError
+
+if TYPE_CHECKING:
+    from ._router import Router, Stub
+
+__all__ = [
+    "CURSORS_STREAM",
+    "CursorsDisabledError",
+    "cursor_partition",
+    "fetch_cursor",
+    "set_cursor",
+]
+
+CURSORS_STREAM = "__cursors"
+
+
+def cursor_partition(cursor_id: str, stream: str, partition: int, partitions: int) -> int:
+    """The ``__cursors`` partition holding a cursor, given the partition count."""
+    key = f"{cursor_id},{stream},{partition}".encode()
+    return zlib.crc32(key) % partitions
+
+
+async def _route(router: Router, cursor_id: str, stream: str, partition: int) -> int:
+    checked_name(cursor_id, "cursor_id")
+    checked_name(stream, "stream name")
+    checked_partition(partition)
+    info = router.cache.current.streams.get(CURSORS_STREAM)
+    if info is None:
+        info = (await router.refresh()).streams.get(CURSORS_STREAM)
+    if info is None or not info.partitions:
+        raise CursorsDisabledError(
+            "the cluster has no __cursors stream: start the brokers with "
+            "cursors.stream.partitions > 0 to use cursors and consumer groups"
+        )
+    return cursor_partition(cursor_id, stream, partition, len(info.partitions))
+
+
+async def set_cursor(
+    router: Router,
+    cursor_id: str,
+    stream: str,
+    partition: int,
+    offset: int,
+    *,
+    timeout: float | None = None,
+) -> None:
+    """Store ``offset`` as the position of ``cursor_id`` on a stream partition.
+
+    ``offset`` -1 stores "no position" (what :func:`fetch_cursor` returns for none).
+    """
+    checked_int(offset, "offset", low=-1)
+    target = await _route(router, cursor_id, stream, partition)
+    req = api_pb2.SetCursorRequest(
+        stream=stream, partition=partition, cursorId=cursor_id, offset=offset
+    )
+
+    async def call(stub: Stub, left: float) -> None:
+        await stub.SetCursor(req, timeout=left)
+
+    await router.call_leader(
+        f"set cursor {cursor_id!r} on {stream!r}/{partition}",
+        CURSORS_STREAM,
+        target,
+        call,
+        timeout=timeout,
+    )
+
+
+async def fetch_cursor(
+    router: Router,
+    cursor_id: str,
+    stream: str,
+    partition: int,
+    *,
+    timeout: float | None = None,
+) -> int:
+    """The stored offset of ``cursor_id`` on a stream partition, -1 when none."""
+    target = await _route(router, cursor_id, stream, partition)
+    req = api_pb2.FetchCursorRequest(stream=stream, partition=partition, cursorId=cursor_id)
+
+    async def call(stub: Stub, left: float) -> int:
+        resp = await stub.FetchCursor(req, timeout=left)
+        return int(resp.offset)
+
+    return await router.call_leader(
+        f"fetch cursor {cursor_id!r} on {stream!r}/{partition}",
+        CURSORS_STREAM,
+        target,
+        call,
+        timeout=timeout,
+    )

@@ -1,0 +1,487 @@
+"""Reading a stream partition: Subscribe as an async iterator that survives fail-over.
+
+The server answers a Subscribe with one empty message once the subscription exists
+(or with an error status instead), then streams the partition. This iterator reads
+the stream one message per ``__anext__``: gRPC streams are pull-based, so a slow
+consumer holds the server back through flow control instead of filling a queue here.
+
+When the stream breaks (the leader died, lost leadership, or the connection dropped)
+the iterator refreshes the metadata and subscribes again at the offset after the last
+one it delivered: no gap and no duplicate. Stop positions end the iteration cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+import grpc
+import grpc.aio
+
+from ._args import checked_int, checked_name, checked_partition
+from ._grpc import Backoff, rpc_error
+from ._proto import api_pb2
+from .errors import (
+    BadRequestError,
+    InvalidArgumentError,
+    LiftbridgeError,
+    NoLeaderError,
+    NoSuchStreamError,
+    NotLeaderError,
+    PartitionPausedError,
+    RpcTimeoutError,
+)
+from .messages import Message, StartPosition, StopPosition
+from .wire import message_from_proto
+
+if TYPE_CHECKING:
+    from ._router import Router
+
+__all__ = ["Subscription", "SubscriptionOptions", "TimeSpec", "subscription_options"]
+
+TimeSpec = datetime | timedelta | int | float
+"""A point in time: an aware datetime, a timedelta meaning "that long ago", or an int
+(nanoseconds) / float (seconds) since the Unix epoch."""
+SubscribeCall = grpc.aio.UnaryStreamCall[api_pb2.SubscribeRequest, api_pb2.Message]
+
+_START_PB = {
+    StartPosition.NEW_ONLY: api_pb2.NEW_ONLY,
+    StartPosition.OFFSET: api_pb2.OFFSET,
+    StartPosition.EARLIEST: api_pb2.EARLIEST,
+    StartPosition.LATEST: api_pb2.LATEST,
+    StartPosition.TIMESTAMP: api_pb2.TIMESTAMP,
+}
+_STOP_PB = {
+    StopPosition.ON_CANCEL: api_pb2.STOP_ON_CANCEL,
+    StopPosition.OFFSET: api_pb2.STOP_OFFSET,
+    StopPosition.LATEST: api_pb2.STOP_LATEST,
+    StopPosition.TIMESTAMP: api_pb2.STOP_TIMESTAMP,
+}
+# The server says this when a stop position lies before the start: an empty range.
+_EMPTY_RANGE = "stop offset is before start offset"
+
+
+def to_nanos(when: TimeSpec, name: str) -> int:
+    """Nanoseconds since the epoch for a :data:`TimeSpec`."""
+    if isinstance(when, bool):
+        raise InvalidArgumentError(f"{name} must be a datetime, timedelta or number")
+    if isinstance(when, datetime):
+        return int(when.timestamp() * 1e9)
+    if isinstance(when, timedelta):
+        if when < timedelta(0):
+            raise InvalidArgumentError(f"{name} as a timedelta means 'ago' and cannot be negative")
+        return time.time_ns() - int(when.total_seconds() * 1e9)
+    if isinstance(when, int):
+        return when
+    if isinstance(when, float):
+        return int(when * 1e9)
+    raise InvalidArgumentError(f"{name} must be a datetime, timedelta or number")
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionOptions:
+    """A validated subscription request (see :meth:`Client.subscribe`)."""
+
+    stream: str
+    partition: int = 0
+    start_position: StartPosition = StartPosition.NEW_ONLY
+    start_offset: int = 0
+    start_timestamp: int = 0
+    stop_position: StopPosition = StopPosition.ON_CANCEL
+    stop_offset: int = 0
+    stop_timestamp: int = 0
+    read_isr_replica: bool = False
+    resume: bool = False
+
+
+def subscription_options(
+    stream: str,
+    *,
+    partition: int = 0,
+    start_position: StartPosition | None = None,
+    start_offset: int | None = None,
+    start_time: TimeSpec | None = None,
+    stop_position: StopPosition | None = None,
+    stop_offset: int | None = None,
+    stop_time: TimeSpec | None = None,
+    read_isr_replica: bool = False,
+    resume: bool = False,
+) -> SubscriptionOptions:
+    """Check subscribe arguments before anything is sent.
+
+    ``start_offset`` or ``start_time`` alone imply their start position, and likewise
+    for the stop side; an explicit position that contradicts them is an error.
+    """
+    checked_name(stream, "stream name")
+    checked_partition(partition)
+    if start_offset is not None:
+        checked_int(start_offset, "start_offset")
+    if stop_offset is not None:
+        checked_int(stop_offset, "stop_offset")
+    if start_offset is not None and start_time is not None:
+        raise InvalidArgumentError("give start_offset or start_time, not both")
+    if stop_offset is not None and stop_time is not None:
+        raise InvalidArgumentError("give stop_offset or stop_time, not both")
+
+    if start_position is None:
+        if start_offset is not None:
+            start_position = StartPosition.OFFSET
+        elif start_time is not None:
+            start_position = StartPosition.TIMESTAMP
+        else:
+            start_position = StartPosition.NEW_ONLY
+    if not isinstance(start_position, StartPosition):
+        raise InvalidArgumentError(
+            f"start_position must be a StartPosition, got {start_position!r}"
+        )
+    if start_position is StartPosition.OFFSET:
+        if start_offset is None:
+            raise InvalidArgumentError("StartPosition.OFFSET needs start_offset")
+        if start_offset < 0:
+            raise InvalidArgumentError(f"start_offset must be >= 0, got {start_offset}")
+    elif start_offset is not None:
+        raise InvalidArgumentError(
+            f"start_offset only goes with StartPosition.OFFSET, not {start_position.name}"
+        )
+    if start_position is StartPosition.TIMESTAMP:
+        if start_time is None:
+            raise InvalidArgumentError("StartPosition.TIMESTAMP needs start_time")
+    elif start_time is not None:
+        raise InvalidArgumentError(
+            f"start_time only goes with StartPosition.TIMESTAMP, not {start_position.name}"
+        )
+
+    if stop_position is None:
+        if stop_offset is not None:
+            stop_position = StopPosition.OFFSET
+        elif stop_time is not None:
+            stop_position = StopPosition.TIMESTAMP
+        else:
+            stop_position = StopPosition.ON_CANCEL
+    if not isinstance(stop_position, StopPosition):
+        raise InvalidArgumentError(f"stop_position must be a StopPosition, got {stop_position!r}")
+    if stop_position is StopPosition.OFFSET:
+        if stop_offset is None:
+            raise InvalidArgumentError("StopPosition.OFFSET needs stop_offset")
+        if stop_offset < 0:
+            raise InvalidArgumentError(f"stop_offset must be >= 0, got {stop_offset}")
+        if start_offset is not None and stop_offset < start_offset:
+            raise InvalidArgumentError(
+                f"stop_offset {stop_offset} is before start_offset {start_offset}"
+            )
+    elif stop_offset is not None:
+        raise InvalidArgumentError(
+            f"stop_offset only goes with StopPosition.OFFSET, not {stop_position.name}"
+        )
+    if stop_position is StopPosition.TIMESTAMP:
+        if stop_time is None:
+            raise InvalidArgumentError("StopPosition.TIMESTAMP needs stop_time")
+    elif stop_time is not None:
+        raise InvalidArgumentError(
+            f"stop_time only goes with StopPosition.TIMESTAMP, not {stop_position.name}"
+        )
+
+    return SubscriptionOptions(
+        stream=stream,
+        partition=partition,
+        start_position=start_position,
+        start_offset=start_offset or 0,
+        start_timestamp=0 if start_time is None else to_nanos(start_time, "start_time"),
+        stop_position=stop_position,
+        stop_offset=stop_offset or 0,
+        stop_timestamp=0 if stop_time is None else to_nanos(stop_time, "stop_time"),
+        read_isr_replica=read_isr_replica,
+        resume=resume,
+    )
+
+
+def _consume_outcome(read: asyncio.Future[object]) -> None:
+    """Mark a read's failure as seen, so that a read abandoned by aclose() logs nothing."""
+    if not read.cancelled():
+        read.exception()
+
+
+class _Resubscribe(Exception):
+    """Internal: the server stream broke in a way a new subscription can repair."""
+
+    def __init__(self, cause: LiftbridgeError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class Subscription:
+    """An async iterator of :class:`~liftbridge_nats.messages.Message` from one partition.
+
+    Use ``async with client.subscribe(...) as sub: async for msg in sub: ...`` so that
+    the server stream is closed when you stop reading; ``async for`` alone also works
+    and the stream closes with the client. ``await sub.start()`` subscribes eagerly
+    (the first ``__anext__`` does it otherwise), which makes NEW_ONLY subscriptions
+    see everything published after it returns.
+    """
+
+    def __init__(
+        self,
+        router: Router,
+        options: SubscriptionOptions,
+        *,
+        resubscribe_wait: float = 30.0,
+        group: api_pb2.Consumer | None = None,
+    ) -> None:
+        self.options = options
+        self._router = router
+        self._resubscribe_wait = resubscribe_wait
+        self._group = group
+        self._call: SubscribeCall | None = None
+        # The read in progress. It outlives a cancelled __anext__ (say, under
+        # asyncio.wait_for): cancelling a gRPC read would cancel the whole call.
+        self._read: asyncio.Future[object] | None = None
+        self._last_offset: int | None = None
+        self._done = False
+        self._started = False
+        self.resubscribes = 0
+        """How many times the subscription was re-established after a broken stream."""
+
+    @property
+    def last_offset(self) -> int | None:
+        """Offset of the last message delivered, None before the first."""
+        return self._last_offset
+
+    @property
+    def closed(self) -> bool:
+        """True once the iteration has ended (stop position, close, or error)."""
+        return self._done
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Subscription:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Establish the subscription now; raises if the server refuses it."""
+        if not self._started and not self._done:
+            await self._open(first=True)
+
+    async def aclose(self) -> None:
+        """Stop reading and close the server stream (idempotent)."""
+        self._done = True
+        self._drop_call()
+
+    def _drop_call(self) -> None:
+        call, self._call = self._call, None
+        read, self._read = self._read, None
+        if read is not None:
+            read.cancel()
+        if call is not None:
+            call.cancel()
+
+    # ------------------------------------------------------------------ iteration
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Message:
+        while True:
+            if self._done:
+                raise StopAsyncIteration
+            if self._call is None:
+                await self._open(first=not self._started)
+                continue
+            read = self._read
+            if read is None:
+                read = self._read = asyncio.ensure_future(self._call.read())
+                read.add_done_callback(_consume_outcome)
+            try:
+                pb = await asyncio.shield(read)
+            except grpc.aio.AioRpcError as exc:
+                self._drop_call()
+                self._on_stream_error(exc)
+                continue
+            except asyncio.CancelledError:
+                if not read.cancelled():
+                    raise  # our caller was cancelled; the read carries on for next time
+                self._drop_call()  # the call itself was cancelled (closed)
+                self._done = True
+                continue
+            self._read = None
+            if pb is grpc.aio.EOF:
+                self._drop_call()
+                if self._group is not None:
+                    # The server ends a group member's stream when another member
+                    # takes the partition over: that is the end of this subscription.
+                    self._done = True
+                continue
+            assert isinstance(pb, api_pb2.Message)
+            msg = message_from_proto(pb)
+            self._last_offset = msg.offset
+            if (
+                self.options.stop_position is StopPosition.OFFSET
+                and msg.offset >= self.options.stop_offset
+            ):
+                await self.aclose()
+            return msg
+
+    def _on_stream_error(self, exc: grpc.aio.AioRpcError) -> None:
+        code = exc.code()
+        detail = (exc.details() or "").lower()
+        if code == grpc.StatusCode.CANCELLED or code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            # Cancelled: closed by us (or with the client). Resource exhausted: the stop
+            # position (or the end of a readonly partition) was reached.
+            self._done = True
+            return
+        if (
+            self._group is not None
+            and code == grpc.StatusCode.FAILED_PRECONDITION
+            and "assigned" in detail
+        ):
+            self._done = True
+            return
+        broken = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+        if code in broken and not (code == grpc.StatusCode.INTERNAL and "paused" in detail):
+            return  # the next __anext__ resubscribes
+        err = rpc_error(exc, self._what())
+        if isinstance(err, NotLeaderError):
+            return
+        self._done = True
+        if code == grpc.StatusCode.NOT_FOUND:
+            raise NoSuchStreamError(
+                f"{self._what()}: the stream was deleted while subscribed", code=code.name
+            )
+        if code == grpc.StatusCode.FAILED_PRECONDITION:
+            raise PartitionPausedError(
+                f"{self._what()}: the partition was paused; resume_stream() or subscribe(resume=True)",
+                code=code.name,
+            )
+        raise err
+
+    def _what(self) -> str:
+        return f"subscribe to stream {self.options.stream!r} partition {self.options.partition}"
+
+    def _request(self) -> api_pb2.SubscribeRequest:
+        opts = self.options
+        if self._last_offset is not None:
+            # Resubscribing: carry on right after the last delivered message.
+            opts = replace(
+                opts, start_position=StartPosition.OFFSET, start_offset=self._last_offset + 1
+            )
+        req = api_pb2.SubscribeRequest(
+            stream=opts.stream,
+            partition=opts.partition,
+            startPosition=_START_PB[opts.start_position],
+            startOffset=opts.start_offset,
+            startTimestamp=opts.start_timestamp,
+            stopPosition=_STOP_PB[opts.stop_position],
+            stopOffset=opts.stop_offset,
+            stopTimestamp=opts.stop_timestamp,
+            readISRReplica=opts.read_isr_replica,
+            resume=opts.resume,
+        )
+        if self._group is not None:
+            req.consumer.CopyFrom(self._group)
+        return req
+
+    async def _open(self, *, first: bool) -> None:
+        """Subscribe (again), retrying while leadership settles."""
+        loop = asyncio.get_running_loop()
+        wait = self._router.timeout if first else self._resubscribe_wait
+        backoff = Backoff(loop.time() + wait, first=0.05 if first else 0.2)
+        attempt = 0
+        while True:
+            err: LiftbridgeError
+            try:
+                self._call = await self._try_open(backoff.remaining())
+                self._started = True
+                if not first:
+                    self.resubscribes += 1
+                return
+            except _Resubscribe as exc:
+                err = exc.cause
+            except (NoLeaderError, NoSuchStreamError) as exc:
+                if isinstance(exc, NoSuchStreamError) and attempt >= 4:
+                    self._done = True
+                    raise
+                err = exc
+            except LiftbridgeError:
+                self._done = True
+                raise
+            if self._done:
+                return
+            attempt += 1
+            if not await backoff.sleep():
+                self._done = True
+                raise err
+            with contextlib.suppress(LiftbridgeError):
+                await self._router.refresh()
+
+    async def _try_open(self, left: float) -> SubscribeCall | None:
+        opts = self.options
+        if (
+            opts.stop_position is StopPosition.OFFSET
+            and self._last_offset is not None
+            and self._last_offset >= opts.stop_offset
+        ):
+            self._done = True
+            return None
+        address = await self._router.leader_address(
+            opts.stream, opts.partition, replica=opts.read_isr_replica
+        )
+        call = self._router.pool.stub(address).Subscribe(self._request())
+        try:
+            first = await asyncio.wait_for(call.read(), timeout=max(left, 0.05))
+        except TimeoutError:
+            call.cancel()
+            raise _Resubscribe(
+                RpcTimeoutError(
+                    f"{self._what()}: no answer from {address}", code="DEADLINE_EXCEEDED"
+                )
+            ) from None
+        except grpc.aio.AioRpcError as exc:
+            call.cancel()
+            code = exc.code()
+            detail = (exc.details() or "").lower()
+            if code == grpc.StatusCode.RESOURCE_EXHAUSTED or (
+                code == grpc.StatusCode.INVALID_ARGUMENT and _EMPTY_RANGE in detail
+            ):
+                # Nothing to read between the start and the stop position.
+                self._done = True
+                return None
+            if "lookup offset for timestamp" in detail:
+                if (
+                    opts.stop_position is StopPosition.TIMESTAMP
+                    and "before the beginning" in detail
+                ):
+                    self._done = True  # stop_time lies before the first message
+                    return None
+                raise BadRequestError(
+                    f"{self._what()} failed: {exc.details()}", code=code.name
+                ) from None
+            if (
+                self._group is not None
+                and code == grpc.StatusCode.FAILED_PRECONDITION
+                and "assigned" in detail
+            ):
+                # A member with a newer group epoch holds the partition now.
+                self._done = True
+                return None
+            err = rpc_error(exc, self._what())
+            if isinstance(err, NotLeaderError) or code in (
+                grpc.StatusCode.UNAVAILABLE,
+                grpc.StatusCode.INTERNAL,
+            ):
+                raise _Resubscribe(err) from None
+            raise err from None
+        except BaseException:
+            call.cancel()
+            raise
+        if first is grpc.aio.EOF:
+            raise _Resubscribe(
+                NoLeaderError(f"{self._what()}: the server closed the stream", code="UNAVAILABLE")
+            )
+        return call

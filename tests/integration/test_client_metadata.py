@@ -1,0 +1,175 @@
+"""Metadata, routing, cursors and gRPC publishing against real servers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from liftbridge_nats.client import Client
+from liftbridge_nats.cursors import CursorsDisabledError, cursor_partition
+from liftbridge_nats.errors import (
+    BrokerUnavailableError,
+    IncorrectOffsetError,
+    InvalidArgumentError,
+    NoSuchStreamError,
+    ReadonlyPartitionError,
+)
+from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
+from liftbridge_nats.testing import LocalCluster
+
+
+def test_broker_addresses_parsed() -> None:
+    assert Client("127.0.0.1:1, 127.0.0.1:2").brokers == ("127.0.0.1:1", "127.0.0.1:2")
+    with pytest.raises(InvalidArgumentError):
+        Client("no-port")
+    with pytest.raises(InvalidArgumentError):
+        Client([])
+
+
+async def test_unreachable_broker_fails_within_timeout() -> None:
+    started = time.monotonic()
+    with pytest.raises(BrokerUnavailableError, match="reachable"):
+        async with Client(["127.0.0.1:1"], timeout=1.5):
+            pass
+    assert time.monotonic() - started < 5
+
+
+async def test_metadata_partition_metadata_and_groups(
+    liftbridge_cluster: Any, unique_name: Any
+) -> None:
+    name, group = unique_name("md"), unique_name("g")
+    async with Client(liftbridge_cluster.brokers) as client:
+        await client.create_stream(name, name, partitions=2)
+        for i in range(3):
+            await client.publish(name, b"%d" % i, partition=1)
+        part = await client.fetch_partition_metadata(name, 1)
+        assert (part.id, part.leader, part.isr) == (1, "n0", ("n0",))
+        assert (part.high_watermark, part.newest_offset) == (2, 2)
+        assert part.messages_received.first > 0 and part.messages_received.latest_time is not None
+        assert part.pause_changed.first_time is None
+        empty = await client.fetch_partition_metadata(name, 0)
+        assert (empty.high_watermark, empty.newest_offset) == (-1, -1)
+        with pytest.raises(NoSuchStreamError):
+            await client.fetch_partition_metadata(name, 7, timeout=2)
+
+        async with client.consumer(group, [name]) as consumer:
+            md = await client.fetch_metadata(groups=[group])
+            info = md.groups[group]
+            assert info.coordinator == "n0" and info.epoch == consumer.epoch
+        assert md.streams[name].partition_count == 2
+        assert md.broker("n0") is not None and md.partition(name, 1) is not None
+
+
+async def test_cursors_roundtrip_and_arguments(liftbridge_cluster: Any, unique_name: Any) -> None:
+    name = unique_name("cur")
+    async with Client(liftbridge_cluster.brokers) as client:
+        await client.create_stream(name, name, partitions=2)
+        assert await client.fetch_cursor("c", name, 0) == -1
+        await client.set_cursor("c", name, 0, 5)
+        await client.set_cursor("c", name, 1, 7)
+        await client.set_cursor("c", name, 0, 6)
+        assert await client.fetch_cursor("c", name, 0) == 6
+        assert await client.fetch_cursor("c", name, 1) == 7
+        assert await client.fetch_cursor("d", name, 1) == -1
+        with pytest.raises(InvalidArgumentError):
+            await client.set_cursor("", name, 0, 1)
+        with pytest.raises(InvalidArgumentError):
+            await client.fetch_cursor("c", name, -1)
+
+
+@pytest.mark.slow
+async def test_cursors_land_in_the_hashed_cursors_partition(unique_name: Any) -> None:
+    # With six __cursors partitions, each stored cursor must sit in the partition the
+    # client computed (CRC-32 of "<id>,<stream>,<partition>"), which is where the
+    # server looks for it too.
+    name = unique_name("route")
+    async with (
+        LocalCluster(1, liftbridge_config={"cursors.stream.partitions": 6}) as cluster,
+        Client(cluster.brokers) as client,
+    ):
+        await client.create_stream(name, name, partitions=4)
+        expected: dict[int, set[bytes]] = {p: set() for p in range(6)}
+        for i in range(6):
+            for partition in range(4):
+                cursor_id = f"cursor-{i}"
+                await client.set_cursor(cursor_id, name, partition, i * 10 + partition)
+                where = cursor_partition(cursor_id, name, partition, 6)
+                expected[where].add(f"{cursor_id},{name},{partition}".encode())
+        for i in range(6):
+            got = [await client.fetch_cursor(f"cursor-{i}", name, p) for p in range(4)]
+            assert got == [i * 10 + p for p in range(4)]
+        assert sum(1 for keys in expected.values() if keys) > 1
+        for where, keys in expected.items():
+            sub = client.subscribe(
+                "__cursors",
+                partition=where,
+                start_position=StartPosition.EARLIEST,
+                stop_position=StopPosition.LATEST,
+                resume=True,
+            )
+            async with sub:
+                stored = {m.key async for m in sub}
+            assert stored == keys
+
+
+@pytest.mark.slow
+async def test_cursors_disabled_is_explained(unique_name: Any) -> None:
+    async with (
+        LocalCluster(1, liftbridge_config={"cursors.stream.partitions": None}) as cluster,
+        Client(cluster.brokers) as client,
+    ):
+        name = unique_name("nocur")
+        await client.create_stream(name, name)
+        with pytest.raises(CursorsDisabledError, match=r"cursors\.stream\.partitions"):
+            await client.set_cursor("c", name, 0, 1)
+
+
+async def test_grpc_publish_variants(liftbridge_cluster: Any, unique_name: Any) -> None:
+    name = unique_name("pub")
+    async with Client(liftbridge_cluster.brokers) as client:
+        await client.create_stream(name, name, partitions=2)
+        ack = await client.publish(
+            name, b"v", key=b"k", partition=1, headers={"h": b"1"}, correlation_id="cid-1"
+        )
+        assert ack is not None
+        assert (ack.stream, ack.offset, ack.correlation_id) == (name, 0, "cid-1")
+        assert await client.publish(name, b"none", ack_policy=AckPolicy.NONE) is None
+        ack = await client.publish_to_subject(name, b"by-subject", ack_policy=AckPolicy.ALL)
+        assert ack is not None and ack.stream == name
+
+        futures = [await client.publish_async(name, b"a%d" % i, partition=1) for i in range(50)]
+        acks = await asyncio.wait_for(asyncio.gather(*futures), 10)
+        assert [a.offset for a in acks if a is not None] == list(range(1, 51))
+
+        with pytest.raises(NoSuchStreamError):
+            await client.publish(unique_name("missing"), b"x")
+        await client.set_stream_readonly(name, partitions=[1])
+        with pytest.raises(ReadonlyPartitionError):
+            await client.publish(name, b"x", partition=1)
+        fut = await client.publish_async(name, b"x", partition=1)
+        with pytest.raises(ReadonlyPartitionError):
+            await asyncio.wait_for(fut, 10)
+
+        sub = client.subscribe(
+            name,
+            partition=1,
+            start_position=StartPosition.EARLIEST,
+            stop_position=StopPosition.LATEST,
+        )
+        async with sub:
+            msgs = [m async for m in sub]
+        assert msgs[0].key == b"k" and msgs[0].headers["h"] == b"1" and len(msgs) == 51
+
+
+async def test_publish_async_occ_error(liftbridge_cluster: Any, unique_name: Any) -> None:
+    name = unique_name("occa")
+    async with Client(liftbridge_cluster.brokers) as client:
+        await client.create_stream(name, name, optimistic_concurrency_control=True)
+        first = await client.publish_async(name, b"a", expected_offset=0)
+        assert (await asyncio.wait_for(first, 10)) is not None
+        stale = await client.publish_async(name, b"b", expected_offset=0)
+        with pytest.raises(IncorrectOffsetError):
+            await asyncio.wait_for(stale, 10)

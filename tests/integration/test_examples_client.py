@@ -1,0 +1,71 @@
+"""The client examples run against the session cluster and print what they promise."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+async def run_example(name: str, cluster: Any) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-W",
+        "error",
+        str(EXAMPLES / name),
+        "--brokers",
+        ",".join(cluster.brokers),
+        "--nats",
+        cluster.nats_url,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def test_subscribe_example(liftbridge_cluster: Any) -> None:
+    out = await run_example("subscribe.py", liftbridge_cluster)
+    lines = out.splitlines()
+    assert lines[:5] == [f"live offset={i} value=hello-{i}" for i in range(5)]
+    assert lines[5:] == [
+        "all [0, 1, 2, 3, 4]",
+        "range [1, 2, 3]",
+        "latest ['hello-4']",
+        "last minute 5",
+    ]
+
+
+async def test_consumer_group_example(liftbridge_cluster: Any) -> None:
+    out = await run_example("consumer_group.py", liftbridge_cluster)
+    lines = out.splitlines()
+    owned = sorted(int(p) for line in lines[:2] for p in line.split("[")[1].rstrip("]").split(", "))
+    assert owned == [0, 1, 2, 3]
+    assert lines[2] == "consumed 20 unique 20 {'alice': 10, 'bob': 10}"
+    assert lines[3] == "committed positions [4, 4, 4, 4]"
+
+
+async def test_cursors_example(liftbridge_cluster: Any) -> None:
+    out = await run_example("cursors.py", liftbridge_cluster)
+    assert out.splitlines() == [
+        "first run read [0, 1, 2, 3]",
+        "cursor at 3",
+        "second run read [4, 5, 6, 7, 8, 9]",
+        "cursor at 9",
+    ]
+
+
+@pytest.mark.parametrize("name", ["subscribe.py", "consumer_group.py", "cursors.py"])
+def test_examples_are_short(name: str) -> None:
+    assert len((EXAMPLES / name).read_text().splitlines()) < 110
