@@ -1,0 +1,19 @@
+"""PySpark data source ``liftbridge``: batch and streaming reads and writes.
+
+A thin adapter over the public SDK and nothing else (no protobuf, no envelopes):
+reads go through the gRPC :class:`~liftbridge_nats.client.Client` (Subscribe bounded
+by offsets planned on the driver), writes through the NATS-native
+:class:`~liftbridge_nats.publisher.Publisher` with acks. Every Spark callback that
+talks to Liftbridge runs its own asyncio event loop.
+
+    from liftbridge_nats.spark import LiftbridgeDataSource
+    spark.dataSource.register(LiftbridgeDataSource)
+    df = spark.read.format("liftbridge").option("brokers", "h:9292").option("stream", "orders").load()
+"""
+
+from __future__ import annotations
+
+from ._source import LiftbridgeDataSource
+from ._writer import LiftbridgeCommitMessage, PartitionOffsets
+
+__all__ = ["LiftbridgeCommitMessage", "LiftbridgeDataSource", "PartitionOffsets"]
