@@ -1,0 +1,90 @@
+"""The Publisher's ways of publishing: one message, pipelined, a batch, by stream key.
+
+python examples/publish.py                     # starts a throw-away local cluster
+python examples/publish.py --brokers 127.0.0.1:9292 --nats nats://127.0.0.1:4222
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import uuid
+import zlib
+
+import nats
+
+from liftbridge_nats.client import Client
+from liftbridge_nats.errors import NoRespondersError
+from liftbridge_nats.messages import AckPolicy
+from liftbridge_nats.partitioning import KeyPartitioner
+from liftbridge_nats.publisher import Publisher, PublishRecord
+
+
+async def main(brokers: list[str], nats_url: str) -> None:
+    stream = f"orders-{uuid.uuid4().hex[:6]}"
+    nc = await nats.connect(nats_url)
+    try:
+        async with Client(brokers) as client:
+            await client.create_stream(stream, stream, partitions=3)
+            async with Publisher(nc, client=client) as pub:
+                # One message, waiting for the partition leader's ack.
+                ack = await pub.publish(stream, b"first", key=b"order-1", headers={"v": b"1"})
+                assert ack is not None
+                print(f"publish       offset={ack.offset} stream={ack.stream}")
+
+                # Pipelined: futures now, acks later (max_inflight bounds what is pending).
+                futures = [await pub.publish_nowait(stream, b"n%d" % i) for i in range(5)]
+                print("publish_nowait", [ack.offset for ack in await asyncio.gather(*futures)])
+
+                # A batch, acked by every in-sync replica; records carry keys and headers.
+                acks = await pub.publish_batch(
+                    stream,
+                    [b"plain", PublishRecord(b"with key", key=b"order-2")],
+                    ack_policy=AckPolicy.ALL,
+                )
+                print("publish_batch ", [a.offset for a in acks])
+
+                # Fire and forget.
+                print(
+                    "AckPolicy.NONE",
+                    await pub.publish(stream, b"no ack", ack_policy=AckPolicy.NONE),
+                )
+
+                # By stream and key: the partition the Go client would pick for the key.
+                for key in (b"a", b"user-2", b"user-1"):
+                    ack = await pub.publish_to_stream(
+                        stream, b"hi " + key, key=key, partitioner=KeyPartitioner()
+                    )
+                    assert ack is not None
+                    print(
+                        f"by key        {key.decode():6s} -> {ack.message_subject} "
+                        f"(crc32 % 3 = {zlib.crc32(key) % 3})"
+                    )
+
+                # Nobody records this subject: NATS says so at once, nothing was stored.
+                try:
+                    await pub.publish(f"{stream}-nobody", b"lost?")
+                except NoRespondersError as exc:
+                    print("no stream     NoRespondersError, retriable =", exc.retriable)
+                print("stats         acked =", pub.stats.acked)
+            await client.delete_stream(stream)
+    finally:
+        await nc.close()
+
+
+async def run() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--brokers", help="comma-separated host:port of Liftbridge brokers")
+    parser.add_argument("--nats", help="NATS URL of the cluster, e.g. nats://127.0.0.1:4222")
+    args = parser.parse_args()
+    if args.brokers and args.nats:
+        await main(args.brokers.split(","), args.nats)
+        return
+    from liftbridge_nats.testing import LocalCluster
+
+    async with LocalCluster(1) as cluster:
+        await main(cluster.brokers, cluster.nats_url)
+
+
+if __name__ == "__main__":
+    asyncio.run(run())

@@ -1,0 +1,320 @@
+"""The in-flight ledger: published messages waiting for their ack, their deadlines, and
+the backpressure gate that keeps their number under ``max_inflight``.
+
+Built for the hot path of pipelined publishing:
+
+* one dict maps correlation ids to flights; a flight is a plain tuple (no per-message
+  object beyond the future and the tuple);
+* deadlines need no per-message timer: flights published with the publisher's default
+  timeout are appended to a deque in deadline order, and one ``loop.call_at`` timer,
+  armed for the oldest live deadline, expires them in batches. Flights with their own
+  timeout go to a small heap instead, since they may be due before older ones;
+* acked flights are dropped from the head of the deque as they are settled (acks mostly
+  come in publishing order) and the deque is compacted when stale entries pile up, so
+  memory stays proportional to ``max_inflight``.
+
+The encoded bytes of every in-flight message stay in its flight, so a later caller can
+re-send it unchanged (same correlation id) after a reconnect or a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Callable
+from typing import Final
+
+from .errors import PublisherClosedError
+from .messages import Ack
+
+__all__ = [
+    "ATTEMPT",
+    "CID",
+    "DATA",
+    "DEADLINE",
+    "FINAL",
+    "FUTURE",
+    "REPLY",
+    "SUBJECT",
+    "AckFuture",
+    "Flight",
+    "InflightLedger",
+]
+
+AckFuture = asyncio.Future[Ack | None]
+# A flight is a plain tuple, the cheapest record Python builds:
+# (future, correlation id, subject, encoded envelope, loop-time deadline of this attempt,
+#  NATS reply subject ("" for none), loop-time deadline of the whole publish, attempt no.)
+Flight = tuple[AckFuture, str, str, bytes, float, str, float, int]
+FUTURE: Final = 0
+CID: Final = 1
+SUBJECT: Final = 2
+DATA: Final = 3
+DEADLINE: Final = 4
+REPLY: Final = 5
+FINAL: Final = 6
+ATTEMPT: Final = 7
+
+# Timer resolution: a deadline may fire up to this late; in exchange a steady stream of
+# expiring messages costs one timer callback per tick, not one per message.
+_TICK = 0.005
+# Compact the deadline deque when it holds this many times more entries than are live.
+_STALE_FACTOR = 4
+_STALE_SLACK = 1024
+
+
+class InflightLedger:
+    """Correlation id -> in-flight message, with deadlines and a bounded capacity.
+
+    ``on_expired(flight)`` is called for every flight whose deadline passed without an
+    ack (the flight has already left the ledger); it must settle the future.
+    """
+
+    __slots__ = (
+        "_capacity",
+        "_closed",
+        "_entries",
+        "_heap",
+        "_heap_seq",
+        "_loop",
+        "_low_water",
+        "_on_expired",
+        "_order",
+        "_timer",
+        "_timer_at",
+        "_waiters",
+    )
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        max_inflight: int,
+        on_expired: Callable[[Flight], None],
+    ) -> None:
+        self._loop = loop
+        self._capacity = max_inflight
+        # Waiters are woken once the ledger drained to this level, not at every free
+        # slot: a full pipeline then refills in bursts, one wake-up per many acks.
+        self._low_water = max_inflight - max(1, max_inflight // 4)
+        self._on_expired = on_expired
+        self._entries: dict[str, Flight] = {}
+        self._order: deque[Flight] = deque()
+        self._heap: list[tuple[float, int, Flight]] = []
+        self._heap_seq = itertools.count()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._closed = False
+
+    # ------------------------------------------------------------------ queries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, correlation_id: object) -> bool:
+        return correlation_id in self._entries
+
+    @property
+    def capacity(self) -> int:
+        """The most flights the ledger holds before :meth:`wait_for_room` blocks."""
+        return self._capacity
+
+    @property
+    def full(self) -> bool:
+        """True when a new flight must wait for room."""
+        return len(self._entries) >= self._capacity
+
+    def must_wait(self) -> bool:
+        """True when a new flight must wait for room (full, or others wait already)."""
+        return len(self._entries) >= self._capacity or bool(self._waiters)
+
+    @property
+    def has_waiters(self) -> bool:
+        """True while callers wait for room."""
+        return bool(self._waiters)
+
+    def get(self, correlation_id: str) -> Flight | None:
+        """The flight of ``correlation_id``, if it is in the ledger."""
+        return self._entries.get(correlation_id)
+
+    def flights(self) -> list[Flight]:
+        """A snapshot of the flights in the ledger."""
+        return list(self._entries.values())
+
+    def futures(self) -> list[AckFuture]:
+        """A snapshot of the futures of the flights in the ledger."""
+        return [flight[FUTURE] for flight in self._entries.values()]
+
+    # ------------------------------------------------------------------ hot path
+
+    def add(self, flight: Flight, ordered: bool = True) -> None:
+        """Record a flight. ``ordered`` says its deadline is not earlier than any
+        deadline added before with ``ordered`` (true for the publisher's default timeout).
+        """
+        self._entries[flight[CID]] = flight
+        if ordered:
+            order = self._order
+            order.append(flight)
+            if len(order) > _STALE_FACTOR * len(self._entries) + _STALE_SLACK:
+                self._compact()
+        else:
+            heapq.heappush(self._heap, (flight[DEADLINE], next(self._heap_seq), flight))
+        if self._timer is None or flight[DEADLINE] < self._timer_at:
+            self._arm()
+
+    def settle(self, correlation_id: str) -> Flight | None:
+        """Remove and return the flight of an ack's correlation id (None if unknown)."""
+        flight = self._entries.pop(correlation_id, None)
+        if flight is None:
+            return None
+        order = self._order
+        if order and order[0] is flight:
+            order.popleft()
+        if self._waiters and len(self._entries) <= self._low_water:
+            self._wake_all_that_fit()
+        return flight
+
+    def discard(self, correlation_id: str, future: AckFuture | None = None) -> None:
+        """Forget a flight (cancelled, or never sent); ``future`` guards against a
+        correlation id that was re-used since."""
+        current = self._entries.get(correlation_id)
+        if current is not None and (future is None or current[FUTURE] is future):
+            del self._entries[correlation_id]
+            if self._waiters:
+                self._wake_one()
+
+    # ------------------------------------------------------------------ backpressure
+
+    async def wait_for_room(self) -> None:
+        """Wait until the ledger holds fewer than ``max_inflight`` flights.
+
+        Raises :class:`PublisherClosedError` when the ledger is closed meanwhile.
+        Waiters are served first come, first served.
+        """
+        while len(self._entries) >= self._capacity or self._waiters:
+            if self._closed:
+                raise PublisherClosedError("the publisher closed while waiting for room")
+            waiter: asyncio.Future[None] = self._loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except BaseException:
+                # Pass a wake-up we received (and cannot use) on to the next waiter.
+                if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                    self._wake_one()
+                raise
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+            if len(self._entries) < self._capacity:
+                return
+        if self._closed:
+            raise PublisherClosedError("the publisher is closed")
+
+    def _wake_one(self) -> None:
+        waiters = self._waiters
+        while waiters and len(self._entries) < self._capacity:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _wake_all_that_fit(self) -> None:
+        # A woken waiter re-checks the room when it runs, so waking too many is harmless.
+        for _ in range(max(0, self._capacity - len(self._entries))):
+            if not self._waiters:
+                return
+            self._wake_one()
+
+    # ------------------------------------------------------------------ deadlines
+
+    def _arm(self) -> None:
+        when = self._next_deadline()
+        if when is None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            return
+        when = max(when, self._loop.time() + _TICK)
+        if self._timer is not None:
+            if self._timer_at <= when:
+                return
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = self._loop.call_at(when, self._on_timer)
+
+    def _next_deadline(self) -> float | None:
+        entries = self._entries
+        order = self._order
+        # Drop settled flights from the head so the timer aims at a live deadline.
+        while order and entries.get(order[0][CID]) is not order[0]:
+            order.popleft()
+        heap = self._heap
+        while heap and entries.get(heap[0][2][CID]) is not heap[0][2]:
+            heapq.heappop(heap)
+        candidates = []
+        if order:
+            candidates.append(order[0][DEADLINE])
+        if heap:
+            candidates.append(heap[0][0])
+        return min(candidates) if candidates else None
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        now = self._loop.time()
+        entries = self._entries
+        expired: list[Flight] = []
+        order = self._order
+        while order and order[0][DEADLINE] <= now:
+            flight = order.popleft()
+            if entries.get(flight[CID]) is flight:
+                del entries[flight[CID]]
+                expired.append(flight)
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            flight = heapq.heappop(heap)[2]
+            if entries.get(flight[CID]) is flight:
+                del entries[flight[CID]]
+                expired.append(flight)
+        for flight in expired:
+            self._on_expired(flight)
+        if self._waiters:
+            self._wake_all_that_fit()
+        self._arm()
+
+    def _compact(self) -> None:
+        entries = self._entries
+        self._order = deque(f for f in self._order if entries.get(f[CID]) is f)
+
+    # ------------------------------------------------------------------ shutdown
+
+    def reject_waiters(self) -> None:
+        """Refuse new waiters and wake the waiting ones (they raise PublisherClosedError)."""
+        self._closed = True
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(
+                    PublisherClosedError("the publisher closed while waiting for room")
+                )
+
+    def close(self) -> None:
+        """Reject waiters and stop the timer (flights left in the ledger stay there)."""
+        self.reject_waiters()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def drain(self) -> list[Flight]:
+        """Remove and return every flight (used by close to fail what is left)."""
+        flights = list(self._entries.values())
+        self._entries.clear()
+        self._order.clear()
+        self._heap.clear()
+        return flights
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"<InflightLedger {len(self._entries)}/{self._capacity} in flight>"

@@ -1,0 +1,374 @@
+"""The ack listener: one NATS inbox per publisher, acks matched by correlation id.
+
+Liftbridge answers a published message (one with an ack inbox and a policy other than
+NONE) with a type-1 envelope carrying a protobuf ``Ack`` on that inbox. The listener
+decodes it, finds the in-flight message by ``correlationId`` and settles its future:
+with a frozen :class:`~liftbridge_nats.messages.Ack`, or with a typed error when the
+ack carries one.
+
+The listener subscribes to ``<prefix>.*``: acks come on ``<prefix>.ack`` (the ack inbox
+written into every message) and, when the publisher sets NATS reply subjects
+``<prefix>.<correlation id>``, the NATS server's "no responders" status (503) comes on
+the reply subject of a message that no subscriber received. Liftbridge's partition
+leader is the only NATS subscriber of a partition subject, so a 503 means that no
+stream recorded the message: nothing was stored, and the publisher can say so at once
+(or send it again) instead of waiting for the ack deadline.
+
+Nothing that arrives on the inbox can break the listener: bytes that are no envelope,
+envelopes of other types, and acks for correlation ids it does not know (never sent,
+already timed out, already acked) are counted in :class:`AckStats` and dropped. When
+several streams record the same subject, each of them acks the message: the first ack
+settles the future and the later ones are counted as unmatched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from ._inflight import ATTEMPT, FUTURE, SUBJECT, Flight, InflightLedger
+from ._proto import api_pb2
+from .envelope import MsgType, decode, header
+from .errors import (
+    EncryptionError,
+    EnvelopeError,
+    IncorrectOffsetError,
+    MessageTooLargeError,
+    NoRespondersError,
+    PublishError,
+    PublishRejectedError,
+    RetriedIncorrectOffsetError,
+)
+from .messages import Ack, AckError, AckPolicy
+
+__all__ = [
+    "AckListener",
+    "AckStats",
+    "ack_error_exception",
+    "ack_from_proto",
+    "no_responders_exception",
+]
+
+# The server sends acks without a CRC, so nearly every ack starts with these 8 bytes.
+_PLAIN_ACK_HEADER = header(MsgType.ACK)
+_HEADER_LEN = len(_PLAIN_ACK_HEADER)
+_POLICIES = tuple(AckPolicy)
+_ERRORS = tuple(AckError)
+_PbAck = api_pb2.Ack
+
+# Ack is a frozen dataclass with slots. Filling its slots through their descriptors
+# skips the frozen __setattr__ guard the generated __init__ goes through field by field;
+# the result is an ordinary, equal, immutable Ack (the unit tests compare it with
+# wire.decode_ack), built in a fraction of the time on the hot path.
+_new_ack = object.__new__
+(
+    _set_stream,
+    _set_partition_subject,
+    _set_message_subject,
+    _set_offset,
+    _set_ack_inbox,
+    _set_correlation_id,
+    _set_ack_policy,
+    _set_reception_timestamp,
+    _set_commit_timestamp,
+    _set_error,
+) = (getattr(Ack, name).__set__ for name in Ack.__slots__)
+assert Ack.__slots__ == (
+    "stream",
+    "partition_subject",
+    "message_subject",
+    "offset",
+    "ack_inbox",
+    "correlation_id",
+    "ack_policy",
+    "reception_timestamp",
+    "commit_timestamp",
+    "error",
+), "messages.Ack changed its fields: update acks.ack_from_proto"
+
+
+def ack_from_proto(pb: api_pb2.Ack) -> Ack:
+    """Build the public :class:`Ack` from a parsed protobuf ack."""
+    policy = pb.ackPolicy
+    error = pb.ackError
+    ack: Ack = _new_ack(Ack)
+    _set_stream(ack, pb.stream)
+    _set_partition_subject(ack, pb.partitionSubject)
+    _set_message_subject(ack, pb.msgSubject)
+    _set_offset(ack, pb.offset)
+    _set_ack_inbox(ack, pb.ackInbox)
+    _set_correlation_id(ack, pb.correlationId)
+    _set_ack_policy(ack, _POLICIES[policy] if policy < len(_POLICIES) else AckPolicy.LEADER)
+    _set_reception_timestamp(ack, pb.receptionTimestamp)
+    _set_commit_timestamp(ack, pb.commitTimestamp)
+    _set_error(ack, _ERRORS[error] if error < len(_ERRORS) else AckError.UNKNOWN)
+    return ack
+
+
+def ack_error_exception(
+    error: int, *, stream: str, subject: str, correlation_id: str, retried: bool = False
+) -> PublishError:
+    """The typed exception for an ack that carries ``error`` (an ``AckError`` value).
+
+    ``retried``: the message was sent more than once (Publisher(retry=True)).
+    """
+    where = f"stream {stream!r}" if stream else f"subject {subject!r}"
+    if error == AckError.INCORRECT_OFFSET and retried:
+        return RetriedIncorrectOffsetError(
+            f"{where} refused a re-sent copy of the message: its expected offset is taken, "
+            "most likely by an earlier copy whose ack was lost. Read the partition before "
+            "publishing it again.",
+            subject=subject,
+            correlation_id=correlation_id,
+        )
+    if error == AckError.INCORRECT_OFFSET:
+        return IncorrectOffsetError(
+            f"{where} refused the message: its expected offset is not the next offset of the "
+            "partition (optimistic concurrency control). Fetch the partition's newest offset "
+            "and publish again with expected_offset set to it + 1.",
+            subject=subject,
+            correlation_id=correlation_id,
+        )
+    if error == AckError.TOO_LARGE:
+        return MessageTooLargeError(
+            f"{where} refused the message: it is larger than the server's "
+            "clustering.replication.max.bytes. Send a smaller message or raise that limit.",
+            subject=subject,
+            correlation_id=correlation_id,
+        )
+    if error == AckError.ENCRYPTION:
+        return EncryptionError(
+            f"{where} could not encrypt the message. Check the server's encryption "
+            "configuration (its key) and the server logs.",
+            subject=subject,
+            correlation_id=correlation_id,
+        )
+    return PublishRejectedError(
+        f"{where} rejected the message without a reason (ack error {error}). "
+        "The server logs may tell more; the message was not stored.",
+        subject=subject,
+        correlation_id=correlation_id,
+    )
+
+
+def no_responders_exception(subject: str, correlation_id: str) -> NoRespondersError:
+    """The error for a message that no NATS subscriber received."""
+    return NoRespondersError(
+        f"no Liftbridge server listens on subject {subject!r}, so the message was not "
+        "stored: no stream records this subject, its partition is paused, or a leader "
+        "fail-over or NATS reconnect is in progress. Create the stream, resume the "
+        "partition (publish_to_stream does it for you), or publish again shortly "
+        "(Publisher(retry=True) does it for you).",
+        subject=subject,
+        correlation_id=correlation_id,
+    )
+
+
+_STATUS = "Status"
+_NO_RESPONDERS = "503"
+
+
+@dataclass(frozen=True, slots=True)
+class AckStats:
+    """What arrived on a publisher's ack inbox."""
+
+    acks_matched: int = 0
+    """Acks that settled an in-flight message (successful or carrying an error)."""
+    acks_rejected: int = 0
+    """Of the matched acks, those carrying an error."""
+    acks_unmatched: int = 0
+    """Acks for unknown correlation ids: timed out, cancelled, already acked by another
+    stream on the same subject, or never sent by this publisher."""
+    malformed: int = 0
+    """Messages on the inbox that are no valid envelope or no valid protobuf Ack."""
+    foreign: int = 0
+    """Valid envelopes of another type than ACK, and NATS status messages other than 503."""
+    no_responders: int = 0
+    """Messages of this publisher that NATS reported nobody received (503)."""
+
+
+class AckListener:
+    """Subscribes to one inbox and settles the ledger's flights as acks arrive.
+
+    Use as ``async with AckListener(nc, ledger) as listener`` (the :class:`Publisher`
+    does this for you). :attr:`inbox` is the ack inbox to put in published messages and
+    :meth:`reply_subject` the NATS reply subject that makes NATS report a message nobody
+    received. ``on_no_responders(flight)`` receives such a message's flight (already
+    out of the ledger); without it the flight fails with :class:`NoRespondersError`.
+    """
+
+    def __init__(
+        self,
+        nc: Any,
+        ledger: InflightLedger,
+        *,
+        inbox_prefix: str | None = None,
+        on_no_responders: Callable[[Flight], None] | None = None,
+    ) -> None:
+        self._nc = nc
+        self._ledger = ledger
+        self._prefix: str = inbox_prefix or nc.new_inbox()
+        self._reply_prefix = self._prefix + "."
+        self._inbox = self._reply_prefix + "ack"
+        self._on_no_responders = on_no_responders or _fail_no_responders
+        self._sub: Any = None
+        # One protobuf Ack, parsed into again for every ack: its fields are copied out
+        # (into the public Ack) before the next message arrives.
+        self._pb = _PbAck()
+        self._matched = 0
+        self._rejected = 0
+        self._unmatched = 0
+        self._malformed = 0
+        self._foreign = 0
+        self._no_responders = 0
+
+    @property
+    def inbox(self) -> str:
+        """The NATS subject the server sends acks to."""
+        return self._inbox
+
+    @property
+    def reply_prefix(self) -> str:
+        """``reply_prefix + correlation_id`` is a message's NATS reply subject."""
+        return self._reply_prefix
+
+    @property
+    def stats(self) -> AckStats:
+        """A snapshot of the counters."""
+        return AckStats(
+            self._matched,
+            self._rejected,
+            self._unmatched,
+            self._malformed,
+            self._foreign,
+            self._no_responders,
+        )
+
+    async def start(self) -> None:
+        """Subscribe to the inbox (idempotent)."""
+        if self._sub is not None:
+            return
+        # The subscription's queue only ever holds acks for flights in the ledger (plus
+        # strays), so bound it by the ledger's capacity, with room for duplicates.
+        limit = max(4 * self._ledger.capacity, 65_536)
+        self._sub = await self._nc.subscribe(
+            self._prefix + ".*",
+            cb=self._on_message,
+            pending_msgs_limit=limit,
+            pending_bytes_limit=0,
+        )
+        # Make sure the server knows the subscription before any message can be acked.
+        await self._nc.flush()
+
+    async def stop(self) -> None:
+        """Unsubscribe and stop the subscription's task (idempotent)."""
+        sub, self._sub = self._sub, None
+        if sub is None:
+            return
+        # A closed or draining connection already dropped the subscription; the call
+        # still stops its delivery task.
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+
+    async def __aenter__(self) -> AckListener:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def _on_message(self, msg: Any) -> None:
+        headers = msg.headers
+        if headers is not None and _STATUS in headers:
+            self.handle_status(msg.subject, headers[_STATUS])
+            return
+        # The common case, handle() inlined for the hot path: a plain ack.
+        data = msg.data
+        if not data.startswith(_PLAIN_ACK_HEADER):
+            self.handle(data)
+            return
+        pb = self._pb
+        try:
+            pb.ParseFromString(data[_HEADER_LEN:])
+        except DecodeError:
+            self._malformed += 1
+            return
+        flight = self._ledger.settle(pb.correlationId)
+        if flight is None:
+            self._unmatched += 1
+            return
+        future = flight[FUTURE]
+        if future.done():
+            self._unmatched += 1
+        elif pb.ackError:
+            self._settle_error(future, pb, flight)
+        else:
+            self._matched += 1
+            future.set_result(ack_from_proto(pb))
+
+    def handle_status(self, subject: str, status: str) -> None:
+        """Process a NATS status message that arrived on ``subject``."""
+        if status != _NO_RESPONDERS or not subject.startswith(self._reply_prefix):
+            self._foreign += 1
+            return
+        flight = self._ledger.settle(subject[len(self._reply_prefix) :])
+        if flight is None:
+            self._unmatched += 1
+            return
+        self._no_responders += 1
+        if not flight[FUTURE].done():
+            self._on_no_responders(flight)
+
+    def handle(self, data: bytes) -> None:
+        """Process the bytes of one message that arrived on the inbox."""
+        if data.startswith(_PLAIN_ACK_HEADER):
+            payload: bytes | memoryview = memoryview(data)[_HEADER_LEN:]
+        else:
+            try:
+                env = decode(data)
+            except EnvelopeError:
+                self._malformed += 1
+                return
+            if env.msg_type is not MsgType.ACK:
+                self._foreign += 1
+                return
+            payload = env.payload
+        pb = self._pb
+        try:
+            pb.ParseFromString(payload)  # type: ignore[arg-type]  # any buffer works
+        except DecodeError:
+            self._malformed += 1
+            return
+        flight = self._ledger.settle(pb.correlationId)
+        if flight is None:
+            self._unmatched += 1
+            return
+        future = flight[FUTURE]
+        if future.done():  # cancelled by its caller meanwhile
+            self._unmatched += 1
+        elif pb.ackError:
+            self._settle_error(future, pb, flight)
+        else:
+            self._matched += 1
+            future.set_result(ack_from_proto(pb))
+
+    def _settle_error(self, future: Any, pb: api_pb2.Ack, flight: Flight) -> None:
+        self._matched += 1
+        self._rejected += 1
+        future.set_exception(
+            ack_error_exception(
+                pb.ackError,
+                stream=pb.stream,
+                subject=flight[SUBJECT],
+                correlation_id=pb.correlationId,
+                retried=flight[ATTEMPT] > 0,
+            )
+        )
+
+
+def _fail_no_responders(flight: Flight) -> None:
+    flight[FUTURE].set_exception(no_responders_exception(flight[SUBJECT], flight[1]))

@@ -1,0 +1,847 @@
+"""The Publisher: Liftbridge messages straight onto NATS, acks matched by correlation id.
+
+::
+
+    async with Publisher(nc) as pub:                      # nc: a connected nats-py client
+        ack = await pub.publish("orders", b"v", key=b"k")   # -> Ack (offset, stream, ...)
+        fut = await pub.publish_nowait("orders", b"w")      # pipelined: await fut later
+        acks = await pub.publish_batch("orders", [b"a", b"b"])
+
+How it fits together (the split follows aiokafka's producer): this module is the public
+face; :mod:`._inflight` is the ledger of messages waiting for their ack (deadlines,
+backpressure); :mod:`.acks` is the one subscription that receives acks; :mod:`._sender`
+is the one background task, for messages that cannot go at once (NATS disconnected,
+re-sends); :mod:`._encoder` builds the envelopes and :mod:`._natswriter` hands them to
+nats-py; :mod:`._checks` checks arguments. The hot path of ``publish_nowait`` is one
+envelope formatting call, one future, one tuple, one dict entry and one append to
+nats-py's outgoing buffer: no timer, no task and no ``wait_for`` per message (one
+``loop.call_at`` timer serves every deadline).
+
+Acks: Liftbridge acks a message on the inbox it carries; the first ack of a correlation
+id settles its future. When several streams record the same subject each of them acks:
+the later acks are counted in ``stats.acks_unmatched``. With the server's default
+replication settings the first ALL acks on a new replicated stream can take seconds
+(followers idle up to ``clustering.replica.max.idle.wait``, 10 s): give such publishes
+an ``ack_timeout`` above that.
+
+Delivery guarantees, in short:
+
+* a returned :class:`~liftbridge_nats.messages.Ack` means the server stored the message
+  under the requested policy; an error means it was not acked: only
+  :class:`~liftbridge_nats.errors.NoRespondersError` and the rejections
+  (``PublishRejectedError`` and its subclasses) mean it was certainly not stored;
+* every publish ends by its deadline (``timeout``; by default ``ack_timeout``, or
+  ``retry_deadline`` with ``retry=True``), with an ack or an error: also while NATS is
+  disconnected (messages wait in a bounded buffer and are sent after the reconnect)
+  and when nobody listens;
+* with ``retry=True`` the same bytes (same correlation id) are sent again after a
+  no-responders report or an ack timeout, until the deadline: at-least-once delivery
+  (exactly-once with ``expected_offset`` on a stream with optimistic concurrency).
+
+Plain NATS publishes (no envelope, ``nc.publish(subject, data)``) remain the way to make
+existing subjects durable without changing their publishers: Liftbridge stores such a
+message as a plain value with no key, no headers and no ack.
+"""
+
+from __future__ import annotations
+
+# The public API takes `timeout=` arguments, as the rest of the SDK does.
+# ruff: noqa: ASYNC109
+import asyncio
+import contextlib
+import itertools
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ._checks import check_correlation_id, check_message, check_subject, is_subject_token
+from ._encoder import PublishEncoder
+from ._inflight import (
+    ATTEMPT,
+    CID,
+    DATA,
+    FINAL,
+    FUTURE,
+    REPLY,
+    SUBJECT,
+    AckFuture,
+    Flight,
+    InflightLedger,
+)
+from ._natswriter import NatsWriter
+from ._sender import Sender, too_large_error
+from .acks import AckListener, no_responders_exception
+from .errors import (
+    AckTimeoutError,
+    InvalidArgumentError,
+    LiftbridgeError,
+    NoRespondersError,
+    NotConnectedError,
+    PublisherClosedError,
+)
+from .messages import Ack, AckPolicy
+from .partitioning import PartitionerLike, choose_partition, partition_subject
+
+__all__ = ["PublishRecord", "Publisher", "PublisherStats"]
+
+DEFAULT_MAX_INFLIGHT = 16_384
+DEFAULT_MAX_BUFFERED_BYTES = 32 * 1024 * 1024
+
+_OPEN, _CLOSING, _CLOSED, _NEW = range(4)
+# Valid subjects are remembered (up to this many) so each is checked once.
+_SUBJECT_CACHE_LIMIT = 4096
+# Resend back-off after a no-responders report (retry=True): 25 ms doubling to 500 ms.
+_BACKOFF_FIRST = 0.025
+_BACKOFF_MAX = 0.5
+
+
+def _collect(
+    future: AckFuture, results: list[Any], first_error: BaseException | None
+) -> BaseException | None:
+    """Append a settled future's ack (or error) to ``results``; track the first error."""
+    exc = future.exception()
+    if exc is None:
+        results.append(future.result())
+        return first_error
+    results.append(exc)
+    return first_error or exc
+
+
+def _not_sent_error(flight: Flight) -> PublisherClosedError:
+    return PublisherClosedError(
+        f"the publisher closed before the message for {flight[SUBJECT]!r} could be sent "
+        "(NATS was disconnected); it was not sent",
+        subject=flight[SUBJECT],
+        correlation_id=flight[CID],
+    )
+
+
+def _not_started(*_: object) -> Any:
+    raise PublisherClosedError("the publisher is not started: use `async with Publisher(nc)`")
+
+
+@dataclass(frozen=True, slots=True)
+class PublishRecord:
+    """One message of :meth:`Publisher.publish_batch` when it needs more than a value."""
+
+    value: bytes
+    key: bytes | None = None
+    headers: Mapping[str, bytes] | None = None
+    correlation_id: str | None = None
+    expected_offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PublisherStats:
+    """Counters of a :class:`Publisher` since it started (a snapshot)."""
+
+    published: int
+    """Messages handed to NATS (first sends; re-sends are in ``resent``)."""
+    acked: int
+    """Messages settled by a successful ack."""
+    rejected: int
+    """Messages settled by an ack carrying an error."""
+    timed_out: int
+    """Messages that failed with AckTimeoutError (no ack by their deadline)."""
+    no_responders: int
+    """NATS reports that nobody received one of our messages (503)."""
+    resent: int
+    """Re-sends (retry=True, or publish_to_stream after resuming a paused partition)."""
+    acks_unmatched: int
+    """Acks for unknown correlation ids: late, duplicate (several streams on one
+    subject), cancelled, or foreign."""
+    malformed: int
+    """Undecodable messages on the ack inbox."""
+    foreign: int
+    """Envelopes of other types and unexpected status messages on the ack inbox."""
+    pending: int
+    """Messages waiting for their ack now."""
+    buffered: int
+    """Messages waiting for NATS to reconnect now."""
+
+
+class Publisher:
+    """Publishes Liftbridge messages over a connected nats-py client and matches acks.
+
+    ``ack_timeout`` is the default deadline of a publish (seconds). ``max_inflight``
+    bounds the messages waiting for their ack: when it is reached ``publish_nowait``
+    waits (backpressure). ``crc`` adds a CRC-32C to every envelope. ``client`` (a
+    :class:`liftbridge_nats.client.Client`) is needed only by :meth:`publish_to_stream`.
+
+    ``retry``: send a message again (same bytes, same correlation id) after NATS reports
+    that nobody received it, or after ``ack_timeout`` without an ack, until its deadline
+    (``retry_deadline``, by default 3 x ``ack_timeout``). At-least-once: a message whose
+    ack was lost can be stored twice, unless it carries ``expected_offset`` on a stream
+    with optimistic concurrency control (then the copy is refused).
+
+    ``no_responders`` sets a NATS reply subject on every message so that NATS reports at
+    once a message nobody received (no stream, paused partition, fail-over in
+    progress): :class:`NoRespondersError` instead of a wait for the deadline. Liftbridge
+    stores the reply subject with the message (``Message.reply_subject``).
+
+    ``max_buffered_bytes`` bounds the messages kept while NATS is disconnected; they are
+    sent after the reconnect. ``resume_paused``: :meth:`publish_to_stream` resumes
+    paused partitions (see there). ``direct_writes=False`` sends every message through
+    the public ``nc.publish`` instead of appending it to nats-py's outgoing buffer (see
+    :mod:`liftbridge_nats._natswriter`; same bytes on the wire, slower).
+    """
+
+    def __init__(
+        self,
+        nc: Any,
+        *,
+        ack_timeout: float = 5.0,
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
+        crc: bool = False,
+        client: Any = None,
+        retry: bool = False,
+        retry_deadline: float | None = None,
+        no_responders: bool = True,
+        max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
+        resume_paused: bool = True,
+        direct_writes: bool = True,
+    ) -> None:
+        if not isinstance(ack_timeout, int | float) or not ack_timeout > 0:
+            raise InvalidArgumentError(f"ack_timeout must be > 0 seconds, got {ack_timeout!r}")
+        if not isinstance(max_inflight, int) or max_inflight < 1:
+            raise InvalidArgumentError(f"max_inflight must be an int >= 1, got {max_inflight!r}")
+        if retry_deadline is not None and not retry_deadline > 0:
+            raise InvalidArgumentError(f"retry_deadline must be > 0, got {retry_deadline!r}")
+        if not isinstance(max_buffered_bytes, int) or max_buffered_bytes < 0:
+            raise InvalidArgumentError(
+                f"max_buffered_bytes must be an int >= 0, got {max_buffered_bytes!r}"
+            )
+        self._nc = nc
+        self._ack_timeout = float(ack_timeout)
+        self._max_inflight = max_inflight
+        self._crc = crc
+        self._client = client
+        self._retry = retry
+        self._retry_deadline = float(retry_deadline or 3 * ack_timeout)
+        self._no_responders = no_responders
+        self._max_buffered_bytes = max_buffered_bytes
+        self._resume_paused = resume_paused
+        self._direct_writes = direct_writes
+        self._state = _NEW
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ledger: InflightLedger | None = None
+        self._listener: AckListener | None = None
+        self._encoder: PublishEncoder | None = None
+        # Bound methods looked up once for the hot path (set by start()).
+        self._encode: Callable[..., bytes] = _not_started
+        self._writer: NatsWriter | None = None
+        self._writer_write: Callable[[str, str, bytes], bool] = _not_started
+        self._create_future: Callable[[], AckFuture] = _not_started
+        self._time: Callable[[], float] = _not_started
+        self._reply_prefix = ""
+        # Correlation ids: a random prefix per publisher and a counter.
+        self._cid_prefix = os.urandom(6).hex() + "-"
+        self._cid_counter = itertools.count(1)
+        self._valid_subjects: set[str] = set()
+        # Messages waiting for NATS (see _sender); the deque is the sender's own.
+        self._sender: Sender | None = None
+        self._outbox: deque[Flight] = deque()
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._routes: dict[str, tuple[str, int]] = {}
+        self._closed_event: asyncio.Event | None = None
+        self._published = 0
+        self._timed_out = 0
+        self._resent = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> Publisher:
+        """Subscribe to the ack inbox and start the sender (``async with`` does this)."""
+        if self._state == _OPEN:
+            return self
+        if self._state != _NEW:
+            raise PublisherClosedError("this publisher was closed; create a new one")
+        if getattr(self._nc, "is_closed", False):
+            raise NotConnectedError("the NATS connection is closed; connect before publishing")
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._ledger = InflightLedger(
+            loop, max_inflight=self._max_inflight, on_expired=self._on_expired
+        )
+        self._listener = AckListener(
+            self._nc, self._ledger, on_no_responders=self._on_no_responders
+        )
+        self._encoder = PublishEncoder(self._listener.inbox, crc=self._crc)
+        self._encode = self._encoder.encode
+        self._writer = NatsWriter(self._nc, loop, enabled=self._direct_writes)
+        self._writer_write = self._writer.write
+        self._create_future = loop.create_future
+        self._time = loop.time
+        self._reply_prefix = self._listener.reply_prefix if self._no_responders else ""
+        self._sender = Sender(
+            self._nc,
+            self._ledger,
+            loop,
+            max_buffered_bytes=self._max_buffered_bytes,
+            is_open=lambda: self._state == _OPEN,
+        )
+        self._outbox = self._sender.outbox
+        self._closed_event = asyncio.Event()
+        await self._listener.start()
+        self._sender.start()
+        self._state = _OPEN
+        return self
+
+    async def __aenter__(self) -> Publisher:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has begun."""
+        return self._state in (_CLOSING, _CLOSED)
+
+    @property
+    def pending(self) -> int:
+        """Messages published and not yet settled (acked, failed, or timed out)."""
+        return len(self._ledger) if self._ledger is not None else 0
+
+    @property
+    def ack_inbox(self) -> str:
+        """The NATS subject this publisher receives acks on."""
+        if self._listener is None:
+            raise PublisherClosedError("the publisher is not started; use `async with`")
+        return self._listener.inbox
+
+    @property
+    def stats(self) -> PublisherStats:
+        """A snapshot of the publisher's counters."""
+        ack = self._listener.stats if self._listener is not None else None
+        return PublisherStats(
+            published=self._published,
+            acked=(ack.acks_matched - ack.acks_rejected) if ack else 0,
+            rejected=ack.acks_rejected if ack else 0,
+            timed_out=self._timed_out,
+            no_responders=ack.no_responders if ack else 0,
+            resent=self._resent + (self._sender.resent if self._sender else 0),
+            acks_unmatched=ack.acks_unmatched if ack else 0,
+            malformed=ack.malformed if ack else 0,
+            foreign=ack.foreign if ack else 0,
+            pending=self.pending,
+            buffered=self._sender.waiting() if self._sender else 0,
+        )
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Stop publishing; wait for outstanding acks, then fail what is left.
+
+        New publishes raise :class:`PublisherClosedError` at once. Messages still
+        waiting for their ack get up to ``timeout`` seconds (default: ``ack_timeout``)
+        to be acked; after that their futures fail with :class:`PublisherClosedError`
+        (they may or may not have been stored). The ack subscription, the sender task
+        and every timer are gone when this returns. Idempotent; concurrent calls wait
+        for the first one.
+        """
+        if self._state == _NEW:
+            self._state = _CLOSED
+            return
+        if self._state == _CLOSED:
+            return
+        assert self._closed_event is not None
+        if self._state == _CLOSING:
+            await self._closed_event.wait()
+            return
+        self._state = _CLOSING
+        ledger = self._ledger
+        assert ledger is not None
+        ledger.reject_waiters()
+        wait = self._ack_timeout if timeout is None else max(0.0, timeout)
+        try:
+            futures = ledger.futures()
+            if futures and wait > 0:
+                await asyncio.wait(futures, timeout=wait)
+        finally:
+            await self._teardown()
+
+    async def _teardown(self) -> None:
+        ledger = self._ledger
+        assert ledger is not None and self._closed_event is not None
+        ledger.close()
+        for flight in ledger.drain():
+            future = flight[FUTURE]
+            if not future.done():
+                future.set_exception(
+                    PublisherClosedError(
+                        f"the publisher closed before the ack for the message on "
+                        f"{flight[SUBJECT]!r} (correlation id {flight[CID]}) arrived; "
+                        "it may or may not have been stored",
+                        subject=flight[SUBJECT],
+                        correlation_id=flight[CID],
+                    )
+                )
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        if self._sender is not None:
+            await self._sender.stop(_not_sent_error)
+        if self._listener is not None:
+            await self._listener.stop()
+        self._state = _CLOSED
+        self._closed_event.set()
+
+    # ------------------------------------------------------------------ publishing
+
+    async def publish(
+        self,
+        subject: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        correlation_id: str | None = None,
+        expected_offset: int | None = None,
+        timeout: float | None = None,
+    ) -> Ack | None:
+        """Publish one message and wait for its ack (None for ``AckPolicy.NONE``).
+
+        ``expected_offset`` asks a stream with optimistic concurrency control to store
+        the message only at that offset (:class:`IncorrectOffsetError` otherwise).
+        ``timeout`` (default: the publisher's ``ack_timeout``) bounds the whole call.
+        Raises :class:`AckTimeoutError` when no ack came (the message may or may not
+        be stored), :class:`NoRespondersError` when nobody listens on ``subject``, a
+        :class:`PublishRejectedError` subclass when the server refused the message,
+        :class:`MessageTooLargeError` before sending a message larger than NATS takes.
+        Cancelling the call forgets the message (it may still be stored).
+        """
+        flight = await self._submit(
+            subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
+        )
+        future = flight[FUTURE]
+        if future.done():
+            return future.result()
+        try:
+            return await future
+        except asyncio.CancelledError:
+            assert self._ledger is not None
+            self._ledger.discard(flight[CID], future)
+            raise
+
+    async def publish_nowait(
+        self,
+        subject: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        correlation_id: str | None = None,
+        expected_offset: int | None = None,
+        timeout: float | None = None,
+    ) -> AckFuture:
+        """Publish one message and return the future of its ack at once.
+
+        The call awaits only for backpressure (``max_inflight`` messages already wait
+        for their ack) or while NATS is disconnected and the reconnect buffer is full.
+        The future gives what :meth:`publish` would return or raise. Arguments are
+        checked before anything is sent (:class:`InvalidArgumentError`,
+        :class:`MessageTooLargeError`).
+        """
+        # _submit inlined: one coroutine per call instead of two on the hot path.
+        ledger = self._ledger
+        if ledger is None or ledger.must_wait():
+            await self._wait_for_room()
+        flight = self._prepare(
+            subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
+        )
+        if self._outbox or not self._writer_write(subject, flight[REPLY], flight[DATA]):
+            await self._send(flight)
+        self._published += 1
+        if flight[ATTEMPT] < 0:  # AckPolicy.NONE: done once handed to NATS
+            flight[FUTURE].set_result(None)
+        return flight[FUTURE]
+
+    async def publish_batch(
+        self,
+        subject: str,
+        items: Iterable[bytes | PublishRecord],
+        *,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        timeout: float | None = None,
+        return_exceptions: bool = False,
+    ) -> list[Any]:
+        """Publish many messages pipelined and return their acks, in order.
+
+        ``items`` are values or :class:`PublishRecord`. Every message is given the
+        chance to be acked; then the first error is raised, unless
+        ``return_exceptions`` puts errors in the list in place of their acks.
+        """
+        submitted: deque[Flight] = deque()
+        results: list[Any] = []
+        first_error: BaseException | None = None
+        prepare = self._prepare
+        write = self._writer_write
+        try:
+            # The loop body is _submit's, inlined: no coroutine per message.
+            for item in items:
+                ledger = self._ledger
+                if ledger is None or ledger.must_wait():
+                    await self._wait_for_room()
+                if isinstance(item, PublishRecord):
+                    flight = prepare(
+                        subject,
+                        item.value,
+                        item.key,
+                        item.headers,
+                        ack_policy,
+                        item.correlation_id,
+                        item.expected_offset,
+                        timeout,
+                    )
+                else:
+                    flight = prepare(subject, item, None, None, ack_policy, None, None, timeout)
+                if self._outbox or not write(subject, flight[REPLY], flight[DATA]):
+                    await self._send(flight)
+                self._published += 1
+                if flight[ATTEMPT] < 0:
+                    flight[FUTURE].set_result(None)
+                submitted.append(flight)
+                # Collect settled messages as we go: their futures need not stay alive.
+                while submitted[0][FUTURE].done():
+                    first_error = _collect(submitted.popleft()[FUTURE], results, first_error)
+                    if not submitted:
+                        break
+            while submitted:
+                future = submitted[0][FUTURE]
+                if not future.done():
+                    with contextlib.suppress(Exception):  # errors are collected below
+                        await future
+                first_error = _collect(submitted.popleft()[FUTURE], results, first_error)
+        except BaseException:
+            assert self._ledger is not None
+            for flight in submitted:
+                future = flight[FUTURE]
+                if not future.done():
+                    self._ledger.discard(flight[CID], future)
+                    future.cancel()
+            raise
+        if first_error is not None and not return_exceptions:
+            raise first_error
+        return results
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until every message published so far is settled (acked or failed).
+
+        Errors stay with the messages' futures. Raises :class:`AckTimeoutError` when
+        some are still pending after ``timeout`` seconds (default: wait for them all;
+        each ends by its own deadline anyway).
+        """
+        self._check_open()
+        assert self._ledger is not None
+        futures = self._ledger.futures()
+        futures.extend(f[FUTURE] for f in self._outbox if not f[FUTURE].done())
+        if not futures:
+            return
+        _, pending = await asyncio.wait(futures, timeout=timeout)
+        if pending:
+            raise AckTimeoutError(
+                f"{len(pending)} message(s) still wait for their ack after {timeout}s"
+            )
+
+    # ------------------------------------------------------------------ hot path
+
+    async def _submit(
+        self,
+        subject: str,
+        value: bytes,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        ack_policy: AckPolicy,
+        correlation_id: str | None,
+        expected_offset: int | None,
+        timeout: float | None,
+    ) -> Flight:
+        """Publish one message; return its flight (the future is ``flight[FUTURE]``)."""
+        ledger = self._ledger
+        if ledger is None or ledger.must_wait():
+            await self._wait_for_room()
+        flight = self._prepare(
+            subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
+        )
+        if self._outbox or not self._writer_write(subject, flight[REPLY], flight[DATA]):
+            await self._send(flight)
+        self._published += 1
+        if flight[ATTEMPT] < 0:  # AckPolicy.NONE: done once handed to NATS
+            flight[FUTURE].set_result(None)
+        return flight
+
+    async def _wait_for_room(self) -> None:
+        self._check_open()
+        assert self._ledger is not None
+        await self._ledger.wait_for_room()
+        self._check_open()
+
+    def _prepare(
+        self,
+        subject: str,
+        value: bytes,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        ack_policy: AckPolicy,
+        correlation_id: str | None,
+        expected_offset: int | None,
+        timeout: float | None,
+    ) -> Flight:
+        """Check, encode and (unless AckPolicy.NONE) enter a message in the ledger."""
+        if self._state != _OPEN:
+            self._check_open()
+        if subject not in self._valid_subjects:
+            self._check_subject(subject)
+        if (
+            type(value) is not bytes
+            or key is not None
+            or headers is not None
+            or expected_offset is not None
+            or timeout is not None
+            or type(ack_policy) is not AckPolicy
+        ):
+            value = check_message(value, key, headers, ack_policy, expected_offset, timeout)
+        ledger = self._ledger
+        if correlation_id is None:
+            cid = self._cid_prefix + str(next(self._cid_counter))
+            reply = self._reply_prefix + cid if self._reply_prefix else ""
+        else:
+            cid = check_correlation_id(correlation_id)
+            if cid in ledger:  # type: ignore[operator]
+                raise InvalidArgumentError(
+                    f"correlation id {cid!r} is already in flight; ids must be unique"
+                )
+            # A caller's id that is no subject token cannot end a reply subject.
+            reply = self._reply_prefix + cid if self._reply_prefix and is_subject_token(cid) else ""
+        data = self._encode(value, cid.encode(), key, headers, ack_policy, expected_offset)
+        if len(data) > self._nc.max_payload:
+            raise too_large_error(subject, cid, len(data), self._nc.max_payload)
+        future: AckFuture = self._create_future()
+        if ack_policy is AckPolicy.NONE:
+            return (future, cid, subject, data, 0.0, "", 0.0, -1)
+        now = self._time()
+        if timeout is None:
+            if self._retry:
+                final = now + self._retry_deadline
+                deadline = now + self._ack_timeout
+            else:
+                final = deadline = now + self._ack_timeout
+        else:
+            final = now + timeout
+            deadline = min(final, now + self._ack_timeout) if self._retry else final
+        flight: Flight = (future, cid, subject, data, deadline, reply, final, 0)
+        ledger.add(flight, timeout is None)  # type: ignore[union-attr]
+        return flight
+
+    async def _send(self, flight: Flight) -> None:
+        """The slow path (disconnected, older messages waiting, or no direct writes)."""
+        assert self._sender is not None
+        await self._sender.send(flight)
+
+    def _resend(self, flight: Flight) -> None:
+        assert self._sender is not None
+        self._sender.resend(flight)
+
+    # ------------------------------------------------------------------ settling
+
+    def _on_expired(self, flight: Flight) -> None:
+        """Ledger callback: a flight's attempt deadline passed without an ack."""
+        future = flight[FUTURE]
+        if future.done():
+            return
+        now = self._time()
+        if self._retry and now < flight[FINAL] and self._state == _OPEN:
+            again: Flight = (
+                future,
+                flight[CID],
+                flight[SUBJECT],
+                flight[DATA],
+                min(flight[FINAL], now + self._ack_timeout),
+                flight[REPLY],
+                flight[FINAL],
+                flight[ATTEMPT] + 1,
+            )
+            assert self._ledger is not None
+            self._ledger.add(again, False)
+            self._resend(again)
+            return
+        self._timed_out += 1
+        future.set_exception(
+            AckTimeoutError(
+                f"no ack for the message published on {flight[SUBJECT]!r} (correlation id "
+                f"{flight[CID]}) before its deadline: no stream may be attached to the "
+                "subject, or its partition may be paused or without a leader. The message "
+                "may or may not have been stored. Check the stream (publish_to_stream "
+                "resumes paused partitions), raise the timeout, or publish again.",
+                subject=flight[SUBJECT],
+                correlation_id=flight[CID],
+            )
+        )
+
+    def _on_no_responders(self, flight: Flight) -> None:
+        """Listener callback: NATS reports that nobody received this flight."""
+        future = flight[FUTURE]
+        loop = self._loop
+        assert loop is not None and self._ledger is not None
+        now = loop.time()
+        if self._retry and self._state == _OPEN:
+            delay = min(_BACKOFF_MAX, _BACKOFF_FIRST * (2 ** flight[ATTEMPT]))
+            if now + delay < flight[FINAL]:
+                again: Flight = (
+                    future,
+                    flight[CID],
+                    flight[SUBJECT],
+                    flight[DATA],
+                    # This attempt, too, waits ack_timeout for its ack once sent.
+                    min(flight[FINAL], now + delay + self._ack_timeout),
+                    flight[REPLY],
+                    flight[FINAL],
+                    flight[ATTEMPT] + 1,
+                )
+                # Back in the ledger at once: the deadline keeps running meanwhile.
+                self._ledger.add(again, False)
+                old = self._timers.pop(flight[CID], None)
+                if old is not None:
+                    old.cancel()
+                self._timers[flight[CID]] = loop.call_later(delay, self._resend_later, again)
+                return
+        future.set_exception(no_responders_exception(flight[SUBJECT], flight[CID]))
+
+    def _resend_later(self, flight: Flight) -> None:
+        self._timers.pop(flight[CID], None)
+        assert self._ledger is not None
+        if self._ledger.get(flight[CID]) is flight:
+            self._resend(flight)
+
+    # ------------------------------------------------------------------ streams
+
+    async def publish_to_stream(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        partition: int | None = None,
+        partitioner: PartitionerLike | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        correlation_id: str | None = None,
+        expected_offset: int | None = None,
+        timeout: float | None = None,
+    ) -> Ack | None:
+        """Publish to a partition of ``stream``, found through the ``client``.
+
+        The stream's subject and partition count come from the control-plane client
+        given as ``Publisher(client=...)`` and are cached (refreshed when a partition
+        is out of range or a publish gets no answer). ``partition`` picks one;
+        otherwise ``partitioner`` does (see :mod:`liftbridge_nats.partitioning`); with
+        neither the message goes to partition 0, as with the Go client.
+
+        Paused partitions: Liftbridge drops NATS messages to a paused partition (no
+        ack, nothing stored) and resumes it only on a gRPC request. When NATS reports
+        that nobody received the message (a paused partition has no NATS subscriber),
+        the message was certainly not stored: the partition is resumed through the
+        client and the same message (same correlation id) is sent again, until the
+        deadline. That is the only case of an automatic re-send here. After a plain ack
+        timeout the message may have been stored; then the partition is resumed if it
+        reports paused, and :class:`AckTimeoutError` is raised for the caller to decide.
+        """
+        client = self._client
+        if client is None:
+            raise InvalidArgumentError(
+                "publish_to_stream needs a control-plane client: Publisher(nc, client=Client(...))"
+            )
+        subject, count = await self._route(stream)
+        if partition is None:
+            partition = (
+                choose_partition(partitioner, stream, key, value, count) if partitioner else 0
+            )
+        elif not isinstance(partition, int) or partition < 0:
+            raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
+        elif partition >= count:
+            subject, count = await self._route(stream, refresh=True)
+            if partition >= count:
+                raise InvalidArgumentError(
+                    f"stream {stream!r} has {count} partition(s); partition {partition} "
+                    "does not exist"
+                )
+        target = partition_subject(subject, partition)
+        budget = self._ack_timeout if timeout is None else timeout
+        deadline = time.monotonic() + budget
+        cid = correlation_id or (self._cid_prefix + str(next(self._cid_counter)))
+        attempt = 0
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return await self.publish(
+                    target,
+                    value,
+                    key=key,
+                    headers=headers,
+                    ack_policy=ack_policy,
+                    correlation_id=cid,
+                    expected_offset=expected_offset,
+                    timeout=max(left, 0.001),
+                )
+            except NoRespondersError:
+                # Nobody received it: nothing was stored, sending again is safe.
+                if not self._resume_paused or time.monotonic() >= deadline:
+                    raise
+                await self._resume_if_paused(stream, partition, deadline)
+                self._routes.pop(stream, None)
+                await asyncio.sleep(min(_BACKOFF_MAX, _BACKOFF_FIRST * (2**attempt)))
+                attempt += 1
+                self._resent += 1
+            except AckTimeoutError:
+                self._routes.pop(stream, None)
+                if self._resume_paused:
+                    with contextlib.suppress(LiftbridgeError):
+                        await self._resume_if_paused(stream, partition, time.monotonic() + 5)
+                raise
+
+    async def _route(self, stream: str, *, refresh: bool = False) -> tuple[str, int]:
+        route = None if refresh else self._routes.get(stream)
+        if route is None:
+            assert self._client is not None
+            info = await self._client.stream_info(stream, refresh=refresh)
+            route = (info.subject, max(1, len(info.partitions)))
+            self._routes[stream] = route
+        return route
+
+    async def _resume_if_paused(self, stream: str, partition: int, deadline: float) -> bool:
+        """Resume ``partition`` if the metadata leader reports it paused.
+
+        Metadata comes from the metadata leader (a paused partition has no running
+        leader to ask). v1.9.0 may keep reporting ``paused`` after a resume; resuming a
+        running partition changes nothing on the server, so that costs one extra call.
+        """
+        assert self._client is not None
+        info = await self._client.stream_info(stream, refresh=True)
+        part = info.partitions.get(partition)
+        if part is None or not part.paused:
+            return False
+        left = max(0.5, deadline - time.monotonic())
+        await self._client.resume_stream(stream, [partition], timeout=left)
+        return True
+
+    # ------------------------------------------------------------------ checks
+
+    def _check_open(self) -> None:
+        if self._state == _OPEN:
+            return
+        if self._state == _NEW:
+            raise PublisherClosedError(
+                "the publisher is not started: use `async with Publisher(nc) as pub` "
+                "or `await pub.start()`"
+            )
+        raise PublisherClosedError("the publisher is closed; create a new one to publish")
+
+    def _check_subject(self, subject: str) -> None:
+        check_subject(subject)
+        if len(self._valid_subjects) >= _SUBJECT_CACHE_LIMIT:
+            self._valid_subjects.clear()
+        self._valid_subjects.add(subject)

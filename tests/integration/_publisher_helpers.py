@@ -1,0 +1,36 @@
+"""Helpers of the publisher's integration tests: read partitions back through gRPC."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+from liftbridge_nats.client import Client
+from liftbridge_nats.messages import Message, StartPosition, StopPosition
+
+
+async def read_all(client: Client, stream: str, partition: int = 0) -> list[Message]:
+    """Every retained message of a partition, oldest first (empty when there are none)."""
+    sub = client.subscribe(
+        stream,
+        partition=partition,
+        start_position=StartPosition.EARLIEST,
+        stop_position=StopPosition.LATEST,
+    )
+    async with sub:
+        return [msg async for msg in sub]
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], within: float = 15.0) -> None:
+    """Poll ``check`` until it holds; fail with a clear message otherwise."""
+    deadline = time.monotonic() + within
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {within} s")
+        await asyncio.sleep(0.1)
+
+
+def user_headers(msg: Message) -> dict[str, bytes]:
+    """The headers a publisher set: Liftbridge adds "subject" and "reply" itself."""
+    return {k: v for k, v in msg.headers.items() if k not in ("subject", "reply")}

@@ -1,0 +1,72 @@
+"""The publisher examples run (against the session cluster) and print what they promise."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+async def run_example(name: str, cluster: Any, *args: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-W",
+        "error",
+        str(EXAMPLES / name),
+        "--brokers",
+        ",".join(cluster.brokers),
+        "--nats",
+        cluster.nats_url,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 90)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def test_quickstart_example(liftbridge_cluster: Any) -> None:
+    out = await run_example("quickstart.py", liftbridge_cluster, "--count", "20000")
+    assert "published   20000 messages of 100 bytes, ALL acks" in out
+    assert "acked       20000 (offsets 0..19999, all distinct: True)" in out
+    assert re.search(r"read back   20000 messages in [\d.]+ s", out)
+    assert out.rstrip().endswith("OK")
+
+
+async def test_publish_example(liftbridge_cluster: Any) -> None:
+    lines = (await run_example("publish.py", liftbridge_cluster)).splitlines()
+    assert lines[0].startswith("publish       offset=0 stream=orders-")
+    assert lines[1:5] == [
+        "publish_nowait [1, 2, 3, 4, 5]",
+        "publish_batch  [6, 7]",
+        "AckPolicy.NONE None",
+        lines[4],
+    ]
+    assert re.fullmatch(r"by key        a      -> orders-\w+ \(crc32 % 3 = 0\)", lines[4])
+    assert re.fullmatch(r"by key        user-2 -> orders-\w+\.1 \(crc32 % 3 = 1\)", lines[5])
+    assert re.fullmatch(r"by key        user-1 -> orders-\w+\.2 \(crc32 % 3 = 2\)", lines[6])
+    assert lines[7:] == [
+        "no stream     NoRespondersError, retriable = True",
+        "stats         acked = 11",
+    ]
+
+
+async def test_occ_example(liftbridge_cluster: Any) -> None:
+    lines = (await run_example("occ.py", liftbridge_cluster)).splitlines()
+    assert lines[0] == "opening balance: stored at offset 0 (attempt 1)"
+    assert lines[1] == "race for offset 1: 1 winner, 1 refused"
+    assert re.fullmatch(r"writer [AB]: stored at offset 2 \(attempt 1\)", lines[2])
+    assert lines[3] in (
+        "log: ['opening balance', 'writer A', 'writer B']",
+        "log: ['opening balance', 'writer B', 'writer A']",
+    )

@@ -1,0 +1,107 @@
+"""Private clusters: the server's too-large ack, and publishing through a NATS outage."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import nats
+import pytest
+from _publisher_helpers import read_all
+
+from liftbridge_nats.client import Client
+from liftbridge_nats.errors import (
+    AckTimeoutError,
+    LiftbridgeError,
+    MessageTooLargeError,
+    PublisherClosedError,
+)
+from liftbridge_nats.messages import Ack
+from liftbridge_nats.publisher import Publisher
+from liftbridge_nats.testing import LocalCluster
+
+
+async def test_server_too_large_ack_is_the_same_error() -> None:
+    config = {"clustering.replication.max.bytes": 4096}
+    async with LocalCluster(1, liftbridge_config=config) as cluster:
+        nc = await nats.connect(cluster.nats_url)
+        try:
+            async with Client(cluster.brokers) as client, Publisher(nc) as pub:
+                await client.create_stream("big", "big")
+                assert await pub.publish("big", b"x" * 1000) is not None
+                with pytest.raises(MessageTooLargeError) as server_side:
+                    await pub.publish("big", b"x" * 8000)
+                assert "clustering.replication.max.bytes" in str(server_side.value)
+                with pytest.raises(MessageTooLargeError) as client_side:
+                    await pub.publish("big", b"x" * (nc.max_payload + 1))
+                assert type(server_side.value) is type(client_side.value)
+                assert pub.stats.rejected == 1
+                assert [m.value for m in await read_all(client, "big")] == [b"x" * 1000]
+        finally:
+            await nc.close()
+
+
+@pytest.mark.slow
+async def test_publishes_during_a_nats_outage_never_hang_nor_lie() -> None:
+    async with LocalCluster(1) as cluster:
+        nc = await nats.connect(
+            cluster.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.1
+        )
+        try:
+            async with Client(cluster.brokers) as client:
+                await client.create_stream("out", "out")
+                # retry=True: re-send after 503s and after 2 s without an ack, for 30 s.
+                async with Publisher(nc, ack_timeout=2, retry=True, retry_deadline=30) as pub:
+                    assert await pub.publish("out", b"before") is not None
+                    await cluster.kill_nats()
+                    futures = []
+                    for i in range(200):
+                        futures.append(await pub.publish_nowait("out", b"m%d" % i))
+                        await asyncio.sleep(0.005)  # spread over the 1.5 s outage
+                    await asyncio.sleep(0.5)
+                    await cluster.restart_nats()
+                    results = await asyncio.gather(*futures, return_exceptions=True)
+                    acks = [r for r in results if isinstance(r, Ack)]
+                    errors = [r for r in results if not isinstance(r, Ack)]
+                    # Every publish ended: acked, or a typed error (never a hang).
+                    assert all(isinstance(e, LiftbridgeError) for e in errors), errors[:3]
+                    assert len(acks) >= 198, (len(acks), errors[:3], pub.stats)
+                    assert pub.pending == 0
+                stored = {m.value for m in await read_all(client, "out")}
+                # Success was reported only for messages that are really stored.
+                for value, result in zip((b"m%d" % i for i in range(200)), results, strict=True):
+                    if isinstance(result, Ack):
+                        assert value in stored
+        finally:
+            await nc.close()
+
+
+async def test_publish_while_nats_is_down_ends_by_its_deadline() -> None:
+    async with LocalCluster(1) as cluster:
+        nc = await nats.connect(
+            cluster.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.2
+        )
+        try:
+            async with Client(cluster.brokers) as client:
+                await client.create_stream("down", "down")
+            pub = Publisher(nc, ack_timeout=1.0)
+            await pub.start()
+            assert await pub.publish("down", b"before") is not None
+            await cluster.kill_nats()
+            for _ in range(100):
+                if not nc.is_connected:
+                    break
+                await asyncio.sleep(0.05)
+            assert not nc.is_connected
+            started = time.monotonic()
+            with pytest.raises(AckTimeoutError):
+                await pub.publish("down", b"during")
+            assert time.monotonic() - started < 2.5  # its own deadline, not NATS's
+            buffered = await pub.publish_nowait("down", b"kept", timeout=30)
+            assert pub.stats.buffered == 1
+            await pub.close(timeout=0.2)
+            with pytest.raises(PublisherClosedError):
+                await buffered
+            assert pub.pending == 0 and pub.stats.buffered == 0
+        finally:
+            await nc.close()

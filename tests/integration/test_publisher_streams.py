@@ -1,0 +1,133 @@
+"""Stream-addressed publishing: partition subjects, partitioners like the Go client's,
+and paused partitions resumed instead of silently losing messages."""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from typing import Any
+
+import pytest
+from _publisher_helpers import eventually, read_all
+
+from liftbridge_nats.client import Client
+from liftbridge_nats.errors import InvalidArgumentError, NoRespondersError, NoSuchStreamError
+from liftbridge_nats.partitioning import (
+    KeyPartitioner,
+    RoundRobinPartitioner,
+    partition_subject,
+)
+from liftbridge_nats.publisher import Publisher
+
+
+async def test_key_partitioning_on_three_partitions(
+    liftbridge_cluster: Any, nats_client: Any, unique_name: Any
+) -> None:
+    name = unique_name("keys")
+    subject = unique_name("subj")
+    keys = [b"user-%d" % i for i in range(40)] + [b""]
+    async with Client(liftbridge_cluster.brokers) as client:
+        await client.create_stream(subject, name, partitions=3)
+        async with Publisher(nats_client, client=client) as pub:
+            for key in keys:
+                ack = await pub.publish_to_stream(
+                    name, b"v-" + key, key=key, partitioner=KeyPartitioner()
+                )
+                expected = zlib.crc32(key) % 3  # CRC-32 IEEE, as go-liftbridge picks
+                assert ack is not None
+                # v1.9.0 puts the stream's subject in partition_subject for every
+                # partition; message_subject is the NATS subject the message went to.
+                assert ack.partition_subject == subject
+                assert ack.message_subject == partition_subject(subject, expected)
+            # The same key always lands on the same partition.
+            again = await pub.publish_to_stream(
+                name, b"again", key=b"user-7", partitioner=KeyPartitioner()
+            )
+            assert again is not None
+            assert again.message_subject == partition_subject(subject, zlib.crc32(b"user-7") % 3)
+        placed = {p: await read_all(client, name, p) for p in range(3)}
+    for partition, messages in placed.items():
+        for msg in messages:
+            assert zlib.crc32(msg.key or b"") % 3 == partition
+            assert msg.partition == partition and msg.stream == name
+    assert sum(len(m) for m in placed.values()) == len(keys) + 1
+    assert all(placed.values())  # 41 keys spread over all three partitions
+
+
+async def test_round_robin_explicit_and_default_partitions(
+    liftbridge_cluster: Any, nats_client: Any, unique_name: Any
+) -> None:
+    name = unique_name("rr")
+    async with Client(liftbridge_cluster.brokers) as client:
+        await client.create_stream(name, name, partitions=3)
+        async with Publisher(nats_client, client=client) as pub:
+            rr = RoundRobinPartitioner()
+            subjects = []
+            for i in range(6):
+                ack = await pub.publish_to_stream(name, b"%d" % i, partitioner=rr)
+                assert ack is not None
+                subjects.append(ack.message_subject)
+            assert subjects == [name, f"{name}.1", f"{name}.2"] * 2
+            explicit = await pub.publish_to_stream(name, b"p2", partition=2)
+            assert explicit is not None and explicit.message_subject == f"{name}.2"
+            # Neither a partition nor a partitioner: partition 0, as in the Go client.
+            default = await pub.publish_to_stream(name, b"p0", key=b"anything")
+            assert default is not None and default.message_subject == name
+            chosen = await pub.publish_to_stream(name, b"fn", partitioner=lambda k, v, n: n - 1)
+            assert chosen is not None and chosen.message_subject == f"{name}.2"
+            with pytest.raises(InvalidArgumentError, match="partition 3"):
+                await pub.publish_to_stream(name, b"x", partition=3)
+            with pytest.raises(NoSuchStreamError):
+                await pub.publish_to_stream(unique_name("missing"), b"x")
+        async with Publisher(nats_client) as no_client:
+            with pytest.raises(InvalidArgumentError, match="client"):
+                await no_client.publish_to_stream(name, b"x")
+
+
+async def test_auto_paused_partition_is_resumed_and_nothing_is_lost(
+    liftbridge_cluster: Any, nats_client: Any, unique_name: Any
+) -> None:
+    name = unique_name("pause")
+    async with Client(liftbridge_cluster.brokers) as client:
+        await client.create_stream(name, name, auto_pause_time=1.0)
+        async with Publisher(nats_client, client=client) as pub:
+            assert await pub.publish_to_stream(name, b"first") is not None
+
+            async def paused() -> bool:
+                info = await client.stream_info(name, refresh=True)
+                return info.partitions[0].paused
+
+            await eventually(paused, within=20)
+            # A paused partition has no NATS subscriber: a plain publish is not stored,
+            # and NATS says so at once instead of the message vanishing silently.
+            with pytest.raises(NoRespondersError):
+                await pub.publish(name, b"dropped")
+            # publish_to_stream resumes the partition and sends the message again.
+            ack = await pub.publish_to_stream(name, b"second", timeout=15)
+            assert ack is not None and ack.offset == 1
+            assert pub.stats.resent >= 1
+            third = await pub.publish_to_stream(name, b"third")
+            assert third is not None and third.offset == 2
+        stored = await read_all(client, name)
+    assert [m.value for m in stored] == [b"first", b"second", b"third"]
+
+
+async def test_concurrent_stream_publishes_keep_order_per_key(
+    liftbridge_cluster: Any, nats_client: Any, unique_name: Any
+) -> None:
+    name = unique_name("conc")
+    async with Client(liftbridge_cluster.brokers) as client:
+        await client.create_stream(name, name, partitions=3)
+        async with Publisher(nats_client, client=client) as pub:
+            part = KeyPartitioner()
+
+            async def send(key: bytes) -> None:
+                for i in range(20):
+                    await pub.publish_to_stream(name, b"%d" % i, key=key, partitioner=part)
+
+            await asyncio.gather(*(send(b"k%d" % k) for k in range(6)))
+        for p in range(3):
+            per_key: dict[bytes, list[int]] = {}
+            for msg in await read_all(client, name, p):
+                per_key.setdefault(msg.key or b"", []).append(int(msg.value))
+            assert all(v == list(range(20)) for v in per_key.values())

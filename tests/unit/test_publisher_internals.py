@@ -1,0 +1,198 @@
+"""The in-flight ledger (deadlines, backpressure, memory bound) and the ack listener's
+handling of whatever arrives on its inbox, without servers (sans-IO parts)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from liftbridge_nats._inflight import CID, DEADLINE, FUTURE, Flight, InflightLedger
+from liftbridge_nats._proto import api_pb2
+from liftbridge_nats.acks import AckListener
+from liftbridge_nats.envelope import MsgType, encode
+from liftbridge_nats.errors import (
+    EncryptionError,
+    IncorrectOffsetError,
+    MessageTooLargeError,
+    NoRespondersError,
+    PublisherClosedError,
+    PublishRejectedError,
+    RetriedIncorrectOffsetError,
+)
+from liftbridge_nats.messages import Ack
+
+
+def _flight(loop: asyncio.AbstractEventLoop, cid: str, in_seconds: float) -> Flight:
+    deadline = loop.time() + in_seconds
+    return (loop.create_future(), cid, "subj", b"data", deadline, "", deadline, 0)
+
+
+class _FakeNC:
+    """Just enough of a nats-py client for the listener's constructor."""
+
+    def new_inbox(self) -> str:
+        return "_INBOX.unit"
+
+
+async def test_ledger_expires_in_deadline_order_with_one_timer() -> None:
+    loop = asyncio.get_running_loop()
+    expired: list[str] = []
+    ledger = InflightLedger(loop, max_inflight=100, on_expired=lambda f: expired.append(f[CID]))
+    ledger.add(_flight(loop, "a", 0.05), True)
+    ledger.add(_flight(loop, "b", 0.10), True)
+    ledger.add(_flight(loop, "c", 0.03), False)  # its own, shorter timeout
+    ledger.add(_flight(loop, "d", 5.0), True)
+    assert ledger.settle("b") is not None
+    await asyncio.sleep(0.2)
+    assert expired == ["c", "a"]
+    assert len(ledger) == 1 and "d" in ledger
+    ledger.close()
+    assert [f[CID] for f in ledger.drain()] == ["d"]
+
+
+async def test_ledger_settle_unknown_and_discard() -> None:
+    loop = asyncio.get_running_loop()
+    ledger = InflightLedger(loop, max_inflight=10, on_expired=lambda f: None)
+    flight = _flight(loop, "x", 5)
+    ledger.add(flight, True)
+    assert ledger.settle("nope") is None
+    other = loop.create_future()
+    ledger.discard("x", other)  # not its future: kept
+    assert "x" in ledger
+    ledger.discard("x", flight[FUTURE])
+    assert "x" not in ledger
+    ledger.close()
+
+
+async def test_ledger_backpressure_waits_then_resumes() -> None:
+    loop = asyncio.get_running_loop()
+    ledger = InflightLedger(loop, max_inflight=4, on_expired=lambda f: None)
+    for i in range(4):
+        ledger.add(_flight(loop, f"m{i}", 5), True)
+    assert ledger.full and ledger.must_wait()
+    waiter = asyncio.create_task(ledger.wait_for_room())
+    await asyncio.sleep(0.01)
+    assert not waiter.done()
+    ledger.settle("m0")  # 3 left: above the low-water mark (3), so it wakes
+    await asyncio.wait_for(waiter, 1)
+    ledger.close()
+
+
+async def test_ledger_close_wakes_waiters_with_error() -> None:
+    loop = asyncio.get_running_loop()
+    ledger = InflightLedger(loop, max_inflight=1, on_expired=lambda f: None)
+    ledger.add(_flight(loop, "m", 5), True)
+    waiter = asyncio.create_task(ledger.wait_for_room())
+    await asyncio.sleep(0.01)
+    ledger.close()
+    with pytest.raises(PublisherClosedError):
+        await waiter
+
+
+async def test_ledger_expiry_frees_room_for_waiters() -> None:
+    loop = asyncio.get_running_loop()
+    ledger = InflightLedger(loop, max_inflight=2, on_expired=lambda f: None)
+    ledger.add(_flight(loop, "a", 0.02), True)
+    ledger.add(_flight(loop, "b", 0.02), True)
+    await asyncio.wait_for(ledger.wait_for_room(), 1)
+    assert len(ledger) <= 1
+    await asyncio.sleep(0.05)
+    assert len(ledger) == 0
+    ledger.close()
+
+
+async def test_ledger_memory_stays_bounded_when_acks_come_out_of_order() -> None:
+    loop = asyncio.get_running_loop()
+    ledger = InflightLedger(loop, max_inflight=100, on_expired=lambda f: None)
+    ledger.add(_flight(loop, "stuck", 60), True)  # never acked: pins the deque head
+    for i in range(50_000):
+        ledger.add(_flight(loop, f"m{i}", 60), True)
+        ledger.settle(f"m{i}")
+    assert len(ledger) == 1
+    assert len(ledger._order) <= 4 * len(ledger) + 1024 + 1
+    ledger.close()
+
+
+def _ack_bytes(cid: str, error: int = 0, offset: int = 3) -> bytes:
+    pb = api_pb2.Ack(
+        stream="s",
+        partitionSubject="s",
+        msgSubject="s",
+        offset=offset,
+        correlationId=cid,
+        ackError=error,  # type: ignore[arg-type]
+    )
+    return encode(MsgType.ACK, pb.SerializeToString())
+
+
+async def test_listener_settles_and_counts_everything_else() -> None:
+    loop = asyncio.get_running_loop()
+    ledger = InflightLedger(loop, max_inflight=10, on_expired=lambda f: None)
+    listener = AckListener(_FakeNC(), ledger)
+    flights = {cid: _flight(loop, cid, 5) for cid in ["ok", "occ", "big", "enc", "unk", "gone"]}
+    for f in flights.values():
+        ledger.add(f, True)
+    listener.handle(_ack_bytes("ok", offset=9))
+    listener.handle(_ack_bytes("ok"))  # a second stream on the same subject: unmatched
+    listener.handle(_ack_bytes("occ", error=2))
+    listener.handle(_ack_bytes("big", error=3))
+    listener.handle(_ack_bytes("enc", error=4))
+    listener.handle(_ack_bytes("unk", error=1))
+    listener.handle(_ack_bytes("never-sent"))
+    listener.handle(b"plain bytes, no envelope")
+    listener.handle(b"")
+    listener.handle(encode(MsgType.ACK, b"\xff\xff\xff"))  # not a protobuf Ack
+    listener.handle(encode(MsgType.PUBLISH, b""))  # another envelope type
+    listener.handle(encode(MsgType.ACK, _ack_bytes("x")[8:], crc=True) + b"")  # CRC ack, unknown id
+    listener.handle_status(listener.reply_prefix + "gone", "503")
+    listener.handle_status(listener.reply_prefix + "whatever", "408")
+    ok = flights["ok"][FUTURE].result()
+    assert isinstance(ok, Ack) and ok.offset == 9 and ok.correlation_id == "ok"
+    for cid, exc_type in [
+        ("occ", IncorrectOffsetError),
+        ("big", MessageTooLargeError),
+        ("enc", EncryptionError),
+        ("unk", PublishRejectedError),
+        ("gone", NoRespondersError),
+    ]:
+        exc = flights[cid][FUTURE].exception()
+        assert type(exc) is exc_type, (cid, exc)
+        assert exc.correlation_id == cid  # type: ignore[union-attr]
+    stats = listener.stats
+    assert (stats.acks_matched, stats.acks_rejected) == (5, 4)
+    assert stats.acks_unmatched == 3
+    assert stats.malformed == 3
+    assert stats.foreign == 2
+    assert stats.no_responders == 1
+    assert len(ledger) == 0
+    ledger.close()
+
+
+async def test_listener_ignores_acks_for_cancelled_futures() -> None:
+    loop = asyncio.get_running_loop()
+    ledger = InflightLedger(loop, max_inflight=10, on_expired=lambda f: None)
+    listener = AckListener(_FakeNC(), ledger)
+    flight = _flight(loop, "c", 5)
+    ledger.add(flight, True)
+    flight[FUTURE].cancel()
+    listener.handle(_ack_bytes("c"))
+    assert listener.stats.acks_unmatched == 1 and len(ledger) == 0
+    assert flight[DEADLINE] > 0
+    ledger.close()
+
+
+async def test_listener_marks_refused_resent_copies() -> None:
+    loop = asyncio.get_running_loop()
+    ledger = InflightLedger(loop, max_inflight=10, on_expired=lambda f: None)
+    listener = AckListener(_FakeNC(), ledger)
+    first, resent = _flight(loop, "first", 5), _flight(loop, "again", 5)
+    resent = (*resent[:7], 1)  # attempt 1: a re-sent copy
+    ledger.add(first, True)
+    ledger.add(resent, True)
+    listener.handle(_ack_bytes("first", error=2))
+    listener.handle(_ack_bytes("again", error=2))
+    assert type(first[FUTURE].exception()) is IncorrectOffsetError
+    exc = resent[FUTURE].exception()
+    assert isinstance(exc, RetriedIncorrectOffsetError) and exc.retried
+    ledger.close()
