@@ -1,17 +1,26 @@
 """liftbridge-nats: an asyncio Python SDK for Liftbridge.
 
-Design in one breath: the data path is NATS-native (messages go onto NATS subjects
-wrapped in the Liftbridge envelope, acks come back on a NATS inbox) and is built on a
-sans-IO codec (``envelope``, ``wire``) that knows no sockets; the control plane and
-the read path go over Liftbridge's gRPC API. Protobuf stays inside; the public surface
-is frozen dataclasses, enums and one error family rooted at ``LiftbridgeError``.
+Design in one breath: the data path is NATS-native (``Publisher`` puts messages onto
+NATS subjects in the Liftbridge envelope and matches the acks it reads on its own inbox)
+and rests on a sans-IO codec (``envelope``, ``wire``) that knows no sockets; the control
+plane and the read path (``Client``) go over Liftbridge's gRPC API. Protobuf stays
+inside; the public surface is frozen dataclasses, enums and one error family rooted at
+``LiftbridgeError``. The Spark data source (``liftbridge_nats.spark``) and the test
+harness (``liftbridge_nats.testing``) are optional layers over this surface.
 """
 
+from ._grpc import TLSConfig
+from .acks import AckStats
+from .activity import ActivityEvent, ActivityOp
+from .client import REPLICATION_MAX, Client
 from .envelope import Envelope, MsgType
 from .errors import (
     AckTimeoutError,
+    BadRequestError,
     BrokerUnavailableError,
+    ClientClosedError,
     ConsumerGroupError,
+    CursorsDisabledError,
     EncryptionError,
     EnvelopeError,
     IncorrectOffsetError,
@@ -19,47 +28,97 @@ from .errors import (
     LiftbridgeError,
     MessageTooLargeError,
     NoLeaderError,
+    NoRespondersError,
+    NoStoredPositionError,
+    NoSuchPartitionError,
     NoSuchStreamError,
     NotConnectedError,
+    NotLeaderError,
+    PartitionPausedError,
     PublisherClosedError,
     PublishError,
     PublishRejectedError,
     ReadonlyPartitionError,
+    RetriedIncorrectOffsetError,
     RpcError,
+    RpcTimeoutError,
     ServerStartError,
     StreamExistsError,
 )
+from .groups import Consumer
 from .messages import Ack, AckError, AckPolicy, Message, StartPosition, StopPosition
+from .metadata import BrokerInfo, EventTimestamps, GroupInfo, Metadata, PartitionInfo, StreamInfo
+from .partitioning import (
+    KeyPartitioner,
+    Partitioner,
+    RandomPartitioner,
+    RoundRobinPartitioner,
+    partition_subject,
+)
+from .publisher import Publisher, PublisherStats, PublishRecord
+from .subscription import Subscription
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "REPLICATION_MAX",
     "Ack",
     "AckError",
     "AckPolicy",
+    "AckStats",
     "AckTimeoutError",
+    "ActivityEvent",
+    "ActivityOp",
+    "BadRequestError",
+    "BrokerInfo",
     "BrokerUnavailableError",
+    "Client",
+    "ClientClosedError",
+    "Consumer",
     "ConsumerGroupError",
+    "CursorsDisabledError",
     "EncryptionError",
     "Envelope",
     "EnvelopeError",
+    "EventTimestamps",
+    "GroupInfo",
     "IncorrectOffsetError",
     "InvalidArgumentError",
+    "KeyPartitioner",
     "LiftbridgeError",
     "Message",
     "MessageTooLargeError",
+    "Metadata",
     "MsgType",
     "NoLeaderError",
+    "NoRespondersError",
+    "NoStoredPositionError",
+    "NoSuchPartitionError",
     "NoSuchStreamError",
     "NotConnectedError",
+    "NotLeaderError",
+    "PartitionInfo",
+    "PartitionPausedError",
+    "Partitioner",
     "PublishError",
+    "PublishRecord",
     "PublishRejectedError",
+    "Publisher",
     "PublisherClosedError",
+    "PublisherStats",
+    "RandomPartitioner",
     "ReadonlyPartitionError",
+    "RetriedIncorrectOffsetError",
+    "RoundRobinPartitioner",
     "RpcError",
+    "RpcTimeoutError",
     "ServerStartError",
     "StartPosition",
     "StopPosition",
     "StreamExistsError",
+    "StreamInfo",
+    "Subscription",
+    "TLSConfig",
     "__version__",
+    "partition_subject",
 ]
