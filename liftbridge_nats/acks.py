@@ -23,6 +23,7 @@ settles the future and the later ones are counted as unmatched.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -255,14 +256,28 @@ class AckListener:
         # The subscription's queue only ever holds acks for flights in the ledger (plus
         # strays), so bound it by the ledger's capacity, with room for duplicates.
         limit = max(4 * self._ledger.capacity, 65_536)
-        self._sub = await self._nc.subscribe(
-            self._prefix + ".*",
-            cb=self._on_message,
-            pending_msgs_limit=limit,
-            pending_bytes_limit=0,
+        subscribing = asyncio.ensure_future(
+            self._nc.subscribe(
+                self._prefix + ".*",
+                cb=self._on_message,
+                pending_msgs_limit=limit,
+                pending_bytes_limit=0,
+            )
         )
+        try:
+            self._sub = await asyncio.shield(subscribing)
+        except asyncio.CancelledError:
+            # nats-py registers the subscription (and starts its task) part-way through
+            # subscribe(); let it finish so that stop() can undo it, then give up.
+            with contextlib.suppress(Exception):
+                self._sub = await subscribing
+            raise
         # Make sure the server knows the subscription before any message can be acked.
-        await self._nc.flush()
+        # Shielded: cancelling nc.flush() leaves a cancelled future in nats-py's PONG
+        # queue, and nats-py 2.x then fails in its read loop when the PONG arrives.
+        flush = asyncio.ensure_future(self._nc.flush())
+        flush.add_done_callback(_consume_result)
+        await asyncio.shield(flush)
 
     async def stop(self) -> None:
         """Unsubscribe and stop the subscription's task (idempotent)."""
@@ -368,6 +383,13 @@ class AckListener:
                 retried=flight[ATTEMPT] > 0,
             )
         )
+
+
+def _consume_result(task: asyncio.Future[Any]) -> None:
+    """Retrieve a background flush's outcome, so that a failure after its caller was
+    cancelled is not reported as "exception was never retrieved"."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _fail_no_responders(flight: Flight) -> None:

@@ -285,7 +285,14 @@ class Publisher:
         )
         self._outbox = self._sender.outbox
         self._closed_event = asyncio.Event()
-        await self._listener.start()
+        try:
+            await self._listener.start()
+        except BaseException:
+            # Failed or cancelled: leave no subscription (and its nats-py task) behind.
+            await self._listener.stop()
+            self._state = _CLOSED
+            self._closed_event.set()
+            raise
         self._sender.start()
         self._state = _OPEN
         return self

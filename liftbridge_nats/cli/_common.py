@@ -181,36 +181,69 @@ async def open_client(args: argparse.Namespace) -> AsyncIterator[Client]:
         yield client
 
 
+def redact_url(url: str) -> str:
+    """``url`` without its user-info (user, password or token), for messages and logs."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    userinfo, at, hostpart = rest.rpartition("@")
+    if not at:
+        return url
+    return f"{scheme}{sep}***@{hostpart}" if userinfo else url
+
+
 @contextlib.asynccontextmanager
 async def open_nats(args: argparse.Namespace) -> AsyncIterator[Any]:
     """A nats-py connection that fails fast when NATS is down."""
-    import nats
-    from nats.errors import NoServersError
+    import asyncio
+
+    import nats.aio.client
+    import nats.errors
 
     endpoints = resolve_endpoints(args)
+    where = redact_url(endpoints.nats_url)
+    seen: list[Exception] = []
 
-    async def _quiet(_exc: Exception) -> None:
+    async def _remember(exc: Exception) -> None:
         # nats-py logs connection errors itself by default; the CLI reports one line.
-        return None
+        seen.append(exc)
 
+    # nats-py annotates its timeouts as int but takes seconds as floats.
+    options: dict[str, Any] = {
+        "connect_timeout": min(args.timeout, 5.0),
+        # nats-py retries a failed first connect as often as a reconnect: keep both
+        # short so that a wrong URL fails in about a second, not after 20.
+        "max_reconnect_attempts": 2,
+        "reconnect_time_wait": 0.5,
+        "error_cb": _remember,
+        "name": "liftbridge-nats-cli",
+    }
+    nc = nats.aio.client.Client()
     try:
-        nc = await nats.connect(
-            endpoints.nats_url,
-            connect_timeout=min(args.timeout, 5.0),
-            # nats-py retries a failed first connect as often as a reconnect: keep both
-            # short so that a wrong URL fails in about a second, not after 20.
-            max_reconnect_attempts=2,
-            reconnect_time_wait=0.5,
-            error_cb=_quiet,
-            name="liftbridge-nats-cli",
-        )
-    except (NoServersError, OSError, TimeoutError) as exc:
+        await nc.connect(endpoints.nats_url, **options)
+    except (nats.errors.Error, OSError, TimeoutError) as exc:
+        # A refused connection keeps its socket unless the client is closed.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(nc.close(), 1.0)
+        causes = [*seen, exc]
+        # nats-py reports a refused login as AuthorizationError, or as a plain Error
+        # carrying the server's "Authorization Violation" (then "no servers available").
+        if any(
+            isinstance(e, nats.errors.AuthorizationError) or "authorization" in str(e).lower()
+            for e in causes
+        ):
+            raise NotConnectedError(
+                f"NATS at {where} ({endpoints.nats_source}) refused the credentials "
+                "(authorization violation): check the user/password, token or NKey in "
+                f"--nats / {ENV_NATS_URL}."
+            ) from None
+        detail = str(exc or type(exc).__name__).replace(endpoints.nats_url, where)
         raise NotConnectedError(
-            f"cannot connect to NATS at {endpoints.nats_url} ({endpoints.nats_source}): "
-            f"{exc or type(exc).__name__}. Start a dev cluster with "
+            f"cannot connect to NATS at {where} ({endpoints.nats_source}): "
+            f"{detail}. Start a dev cluster with "
             "`liftbridge-nats servers start`, or pass --nats / set "
             f"{ENV_NATS_URL}."
-        ) from exc
+        ) from None
     try:
         yield nc
     finally:

@@ -1,0 +1,276 @@
+"""Broker faults on a 3-node cluster: the partition leader killed, a follower killed and
+restarted. One cluster per test (they kill nodes), replica timeouts as DESIGN.md says."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from liftbridge_nats.client import Client
+from liftbridge_nats.messages import AckPolicy, Message, StartPosition
+from liftbridge_nats.publisher import Publisher
+from liftbridge_nats.testing import LocalCluster
+
+from ._support import REPLICA_TIMEOUTS, Outcomes, connect_nats, read_stream, wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.timeout(240)]
+
+
+@pytest.fixture
+async def cluster3() -> AsyncIterator[LocalCluster]:
+    # Debug logs show the nodes' log truncations (see _server_truncation_evidence).
+    async with LocalCluster(3, liftbridge_config=REPLICA_TIMEOUTS, log_level="debug") as c:
+        yield c
+
+
+# Liftbridge v1.9.0, server/partition.go truncateUncommitted: a replica that becomes a
+# follower asks the leader for the last offset of its leader epoch and, when that request
+# fails (the leader is dead), falls back to truncating its log to its high watermark
+# ("TODO: ... potential for data loss"). Its high watermark can lag the leader's by the
+# last committed messages, so an ALL-acked message can be cut from the replica that is
+# elected next.
+_HW_TRUNCATION = "] to HW "
+
+
+def _server_truncation_evidence(cluster: LocalCluster, stream: str) -> list[str]:
+    """Debug-log lines of every node about truncating ``stream``'s log, and failed
+    leader-epoch requests for it."""
+    lines = []
+    for i, node in enumerate(cluster.node_ids):
+        try:
+            text = cluster.log_path(i).read_text(errors="replace")
+        except OSError:
+            continue
+        lines += [
+            f"{node}: {line}"
+            for line in text.splitlines()
+            if f"stream={stream}," in line
+            and ("Truncating log" in line or "Failed to fetch last offset" in line)
+        ]
+    return lines
+
+
+async def _replicated_stream(client: Client, name: str) -> str:
+    """Create an RF 3, min ISR 2 stream; wait until its ISR is complete; return the leader."""
+    await client.create_stream(name, name, replication_factor=3, min_isr=2)
+
+    async def full_isr() -> bool:
+        info = await client.fetch_partition_metadata(name, 0)
+        return bool(info.leader) and len(info.isr) == 3
+
+    await wait_until(full_isr, within=30, what="a complete ISR on the new stream")
+    return (await client.fetch_partition_metadata(name, 0)).leader
+
+
+async def _publish_steadily(
+    pub: Publisher,
+    subject: str,
+    *,
+    rate: float,
+    seconds: float,
+    tag: str,
+    ack_policy: AckPolicy = AckPolicy.ALL,
+) -> tuple[list[bytes], list[asyncio.Future[Any]]]:
+    """Publish at ``rate`` messages/s for ``seconds``, pipelined; return values and futures."""
+    loop = asyncio.get_running_loop()
+    values: list[bytes] = []
+    futures: list[asyncio.Future[Any]] = []
+    start = loop.time()
+    n = 0
+    while loop.time() - start < seconds:
+        due = start + n / rate
+        if due > loop.time():
+            await asyncio.sleep(due - loop.time())
+        value = f"{tag}-{n}".encode()
+        values.append(value)
+        futures.append(await pub.publish_nowait(subject, value, ack_policy=ack_policy))
+        n += 1
+    return values, futures
+
+
+async def _follow(client: Client, name: str, into: list[Message]) -> None:
+    """Read the partition from the start, across fail-overs, until cancelled."""
+    async with client.subscribe(name, start_position=StartPosition.EARLIEST) as sub:
+        async for message in sub:
+            into.append(message)
+
+
+async def test_partition_leader_killed(
+    cluster3: LocalCluster, unique_name: Callable[[str], str], fault_report: Any
+) -> None:
+    name = unique_name("leader-kill")
+    nc = await connect_nats(cluster3.nats_url)
+    outcomes = Outcomes()
+    followed: list[Message] = []
+    follower_task: asyncio.Task[None] | None = None
+    try:
+        async with Client(cluster3.brokers, timeout=20) as client:
+            leader = await _replicated_stream(client, name)
+            victim = cluster3.node_ids.index(leader)
+            follower_task = asyncio.create_task(_follow(client, name, followed))
+            # retry=True re-sends after NATS reports that nobody received a message (the
+            # fail-over window); retry_deadline == ack_timeout keeps timed-out messages
+            # from being re-sent, which without optimistic concurrency could store an
+            # already stored (but unacked) message twice: see test_occ_retry.py.
+            async with Publisher(nc, ack_timeout=25, retry=True, retry_deadline=25) as pub:
+
+                async def kill_leader() -> None:
+                    await asyncio.sleep(1.5)
+                    await cluster3.kill_node(victim)
+
+                fault = asyncio.create_task(kill_leader())
+                values, futures = await _publish_steadily(
+                    pub, name, rate=1500, seconds=5.0, tag="lk"
+                )
+                await fault
+                results = await asyncio.gather(*futures, return_exceptions=True)
+                for value, result in zip(values, results, strict=True):
+                    outcomes.add(value, result)
+                outcomes.check_ended()
+                assert pub.pending == 0
+                after = await pub.publish(name, b"after", ack_policy=AckPolicy.ALL)
+                assert after is not None
+                stats = pub.stats
+            new_leader = (await client.fetch_partition_metadata(name, 0)).leader
+            messages = await read_stream(client, name)
+            # The live subscription sees everything stored, in order, once.
+            try:
+                await wait_until(
+                    lambda: len(followed) >= len(messages), within=30, what="the subscription"
+                )
+            except AssertionError as exc:
+                last = followed[-1].offset if followed else None
+                raise AssertionError(
+                    f"the live subscription read {len(followed)} of {len(messages)} messages "
+                    f"(last offset {last}; task: {follower_task!r}); publishes: {outcomes.summary()}"
+                ) from exc
+            assert not follower_task.done(), follower_task  # it must still be following
+            follower_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower_task
+    finally:
+        if follower_task is not None and not follower_task.done():
+            follower_task.cancel()
+            with contextlib.suppress(BaseException):
+                await follower_task
+        await nc.close()
+    check = outcomes.check_stream(messages)
+    evidence = _server_truncation_evidence(cluster3, name)
+    fault_report(
+        f"{outcomes.summary()} lost={check.lost} stored={check.stored} "
+        f"faults=1 leader {leader} SIGKILLed after 1.5 s (new leader {new_leader}); "
+        f"no_responders={stats.no_responders} resent={stats.resent}; "
+        f"subscription: {len(followed)} messages"
+        + (f"; server truncations: {evidence}" if check.lost else "")
+    )
+    if check.lost and any(_HW_TRUNCATION in line for line in evidence):
+        pytest.xfail(
+            f"Liftbridge v1.9.0 lost {check.lost} ALL-acked message(s) "
+            f"{check.examples!r} in the fail-over: a replica truncated its log to its high "
+            f"watermark after its leader-epoch request to the dead leader failed: {evidence}"
+        )
+    check.assert_ok()
+    assert new_leader and new_leader != leader
+    assert [m.offset for m in followed] == [m.offset for m in messages]
+    assert [m.value for m in followed] == [m.value for m in messages]
+    # Publishes made during the fail-over were stored once the new leader took over.
+    assert stats.no_responders > 0, "no publish met the fail-over window: the test proved nothing"
+    assert outcomes.acked >= 0.99 * outcomes.sent, outcomes.summary()
+
+
+async def test_follower_killed_and_restarted(
+    cluster3: LocalCluster, unique_name: Callable[[str], str], fault_report: Any
+) -> None:
+    name = unique_name("follower-kill")
+    nc = await connect_nats(cluster3.nats_url)
+    outcomes = Outcomes()
+    isr_seen: list[tuple[float, int]] = []
+    try:
+        async with Client(cluster3.brokers, timeout=20) as client:
+            leader = await _replicated_stream(client, name)
+            victim = next(i for i, n in enumerate(cluster3.node_ids) if n != leader)
+            victim_id = cluster3.node_ids[victim]
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+
+            async def isr() -> tuple[str, ...]:
+                info = await client.fetch_partition_metadata(name, 0)
+                isr_seen.append((round(loop.time() - start, 1), len(info.isr)))
+                return info.isr
+
+            async with Publisher(nc, ack_timeout=20) as pub:
+                done = asyncio.Event()
+                timeline: dict[str, float] = {}
+
+                async def fault() -> None:
+                    try:
+                        await asyncio.sleep(1.0)
+                        await cluster3.kill_node(victim)
+                        timeline["killed"] = loop.time() - start
+                        await wait_until(
+                            lambda: _without(isr(), victim_id), within=20, what="the ISR to shrink"
+                        )
+                        timeline["shrunk"] = loop.time() - start
+                        await cluster3.restart_node(victim)
+                        timeline["restarted"] = loop.time() - start
+                        await wait_until(
+                            lambda: _with(isr(), victim_id), within=30, what="the ISR to grow back"
+                        )
+                        timeline["grown"] = loop.time() - start
+                    finally:
+                        done.set()
+
+                fault_task = asyncio.create_task(fault())
+                values: list[bytes] = []
+                futures: list[asyncio.Future[Any]] = []
+                round_ = 0
+                # Keep publishing (ALL acks) through the whole shrink/grow cycle.
+                while not done.is_set():
+                    v, f = await _publish_steadily(
+                        pub, name, rate=1000, seconds=0.5, tag=f"fk{round_}"
+                    )
+                    values += v
+                    futures += f
+                    round_ += 1
+                await fault_task
+                results = await asyncio.gather(*futures, return_exceptions=True)
+                for value, result in zip(values, results, strict=True):
+                    outcomes.add(value, result)
+                outcomes.check_ended()
+                assert pub.pending == 0
+            messages = await read_stream(client, name)
+    finally:
+        await nc.close()
+    check = outcomes.check_stream(messages)
+    fault_report(
+        f"{outcomes.summary()} lost={check.lost} stored={check.stored} faults=1 follower "
+        f"{victim_id} SIGKILLed and restarted; timeline (s) {timeline}; "
+        f"ISR size samples {_compress(isr_seen)}"
+    )
+    check.assert_ok()
+    assert outcomes.acked == outcomes.sent, "publishes failed although min ISR 2 was kept"
+    sizes = [size for _, size in isr_seen]
+    assert 2 in sizes and sizes[-1] == 3
+
+
+async def _without(isr: Any, node: str) -> bool:
+    return node not in await isr
+
+
+async def _with(isr: Any, node: str) -> bool:
+    return node in await isr
+
+
+def _compress(samples: list[tuple[float, int]]) -> str:
+    """ISR size changes only: ``t=0.0:3 t=6.2:2 t=9.8:3``."""
+    out: list[str] = []
+    last = None
+    for t, size in samples:
+        if size != last:
+            out.append(f"t={t}:{size}")
+            last = size
+    return " ".join(out)
