@@ -60,6 +60,7 @@ _HEADER_LEN = len(_PLAIN_ACK_HEADER)
 _POLICIES = tuple(AckPolicy)
 _ERRORS = tuple(AckError)
 _PbAck = api_pb2.Ack
+_FRESH_PB_EVERY = 4095  # a mask: a fresh protobuf Ack every 4096 parses
 
 # Ack is a frozen dataclass with slots. Filling its slots through their descriptors
 # skips the frozen __setattr__ guard the generated __init__ goes through field by field;
@@ -217,9 +218,10 @@ class AckListener:
         self._inbox = self._reply_prefix + "ack"
         self._on_no_responders = on_no_responders or _fail_no_responders
         self._sub: Any = None
-        # One protobuf Ack, parsed into again for every ack: its fields are copied out
-        # (into the public Ack) before the next message arrives.
+        # One protobuf Ack, parsed into again for every ack (its fields are copied out
+        # into the public Ack before the next message arrives), replaced now and then.
         self._pb = _PbAck()
+        self._parses = 0
         self._matched = 0
         self._rejected = 0
         self._unmatched = 0
@@ -301,29 +303,11 @@ class AckListener:
         if headers is not None and _STATUS in headers:
             self.handle_status(msg.subject, headers[_STATUS])
             return
-        # The common case, handle() inlined for the hot path: a plain ack.
         data = msg.data
-        if not data.startswith(_PLAIN_ACK_HEADER):
-            self.handle(data)
-            return
-        pb = self._pb
-        try:
-            pb.ParseFromString(data[_HEADER_LEN:])
-        except DecodeError:
-            self._malformed += 1
-            return
-        flight = self._ledger.settle(pb.correlationId)
-        if flight is None:
-            self._unmatched += 1
-            return
-        future = flight[FUTURE]
-        if future.done():
-            self._unmatched += 1
-        elif pb.ackError:
-            self._settle_error(future, pb, flight)
+        if data.startswith(_PLAIN_ACK_HEADER):  # nearly every message: skip decode()
+            self._settle(data[_HEADER_LEN:])
         else:
-            self._matched += 1
-            future.set_result(ack_from_proto(pb))
+            self.handle(data)
 
     def handle_status(self, subject: str, status: str) -> None:
         """Process a NATS status message that arrived on ``subject``."""
@@ -352,6 +336,15 @@ class AckListener:
                 self._foreign += 1
                 return
             payload = env.payload
+        self._settle(payload)
+
+    def _settle(self, payload: bytes | memoryview) -> None:
+        """Parse an Ack payload and settle the in-flight message it acknowledges."""
+        self._parses += 1
+        if not self._parses & _FRESH_PB_EVERY:
+            # upb never shrinks a message's arena: a protobuf message parsed into again
+            # and again grows by the size of its strings every time.
+            self._pb = _PbAck()
         pb = self._pb
         try:
             pb.ParseFromString(payload)  # type: ignore[arg-type]  # any buffer works
