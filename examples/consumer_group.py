@@ -6,12 +6,12 @@ python examples/consumer_group.py --brokers 127.0.0.1:9292 --nats nats://127.0.0
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import uuid
 from collections import Counter
 
 import nats
+from _example_cli import run_example
 
 from liftbridge_nats.client import Client
 from liftbridge_nats.groups import Consumer, group_cursor_id
@@ -85,19 +85,5 @@ async def main(brokers: list[str], nats_url: str) -> None:
         await nc.close()
 
 
-async def run() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--brokers", help="comma-separated host:port of Liftbridge brokers")
-    parser.add_argument("--nats", help="NATS URL of the cluster, e.g. nats://127.0.0.1:4222")
-    args = parser.parse_args()
-    if args.brokers and args.nats:
-        await main(args.brokers.split(","), args.nats)
-        return
-    from liftbridge_nats.testing import LocalCluster
-
-    async with LocalCluster(1) as cluster:
-        await main(cluster.brokers, cluster.nats_url)
-
-
 if __name__ == "__main__":
-    asyncio.run(run())
+    run_example(main, __doc__)

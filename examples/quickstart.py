@@ -12,12 +12,12 @@ id on one NATS inbox); the stream is then read back through gRPC and checked.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
 import uuid
 
 import nats
+from _example_cli import run_example
 
 from liftbridge_nats.client import Client
 from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
@@ -102,21 +102,9 @@ async def main(brokers: list[str], nats_url: str, count: int) -> None:
     print("OK" if read == count == len(offsets) else "MISMATCH")
 
 
-async def run() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--brokers", help="comma-separated host:port of Liftbridge brokers")
-    parser.add_argument("--nats", help="NATS URL of the cluster, e.g. nats://127.0.0.1:4222")
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--count", type=int, default=100_000, help="messages to publish")
-    args = parser.parse_args()
-    if args.brokers and args.nats:
-        await main(args.brokers.split(","), args.nats, args.count)
-        return
-    from liftbridge_nats.testing import LocalCluster
-
-    print("starting a local NATS + Liftbridge cluster ...", file=sys.stderr)
-    async with LocalCluster(1) as cluster:
-        await main(cluster.brokers, cluster.nats_url, args.count)
 
 
 if __name__ == "__main__":
-    asyncio.run(run())
+    run_example(main, __doc__, _arguments)

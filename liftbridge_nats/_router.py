@@ -9,7 +9,6 @@ call's deadline.
 """
 
 # Per-call ``timeout`` arguments are part of the public API (seconds, retries included).
-# ruff: noqa: ASYNC109
 
 from __future__ import annotations
 

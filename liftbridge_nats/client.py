@@ -8,7 +8,6 @@ is the fast path.
 """
 
 # Per-call ``timeout`` arguments are part of the public API (seconds, retries included).
-# ruff: noqa: ASYNC109
 
 from __future__ import annotations
 

@@ -8,7 +8,6 @@ and the Go client use, so the call goes straight to the right broker.
 """
 
 # Per-call ``timeout`` arguments are part of the public API (seconds, retries included).
-# ruff: noqa: ASYNC109
 
 from __future__ import annotations
 

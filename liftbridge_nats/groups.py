@@ -18,7 +18,6 @@ flight delivers every message exactly once.
 """
 
 # Per-call ``timeout`` arguments are part of the public API (seconds, retries included).
-# ruff: noqa: ASYNC109
 
 from __future__ import annotations
 

@@ -46,7 +46,6 @@ message as a plain value with no key, no headers and no ack.
 from __future__ import annotations
 
 # The public API takes `timeout=` arguments, as the rest of the SDK does.
-# ruff: noqa: ASYNC109
 import asyncio
 import contextlib
 import itertools

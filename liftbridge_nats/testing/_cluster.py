@@ -401,7 +401,7 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ readiness
 
-    async def wait_ready(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+    async def wait_ready(self, timeout: float | None = None) -> None:
         """Wait until every running node is usable.
 
         Usable means: its NATS connections are up, it lists every running node in

@@ -523,10 +523,18 @@ def test_activity_lists_stream_operations(cli: Run, unique_name: Any) -> None:
     name = unique_name("act")
     assert cli("stream", "create", name)[0] == 0
     assert cli("stream", "pause", name)[0] == 0
-    code, out, _ = cli("activity", "--no-follow", "--json")
-    assert code == 0
-    ops = [(e["op"], e["stream"]) for e in _json_lines(out) if e["stream"] == name]
-    assert ops == [("CREATE_STREAM", name), ("PAUSE_STREAM", name)]
+    expected = [("CREATE_STREAM", name), ("PAUSE_STREAM", name)]
+    # The metadata leader appends to the activity stream after it answers the RPC, so
+    # the newest event may land a moment after `stream pause` returns.
+    deadline = time.monotonic() + 10
+    while True:
+        code, out, _ = cli("activity", "--no-follow", "--json")
+        assert code == 0
+        ops = [(e["op"], e["stream"]) for e in _json_lines(out) if e["stream"] == name]
+        if ops == expected or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert ops == expected
     code, out, _ = cli("activity", "--no-follow", "-m", "1")
     assert code == 0 and len(out.splitlines()) == 1 and "CREATE_STREAM" in out
 

@@ -2,37 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-async def run_example(name: str, cluster: Any) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-W",
-        "error",
-        str(EXAMPLES / name),
-        "--brokers",
-        ",".join(cluster.brokers),
-        "--nats",
-        cluster.nats_url,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 60)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode == 0, err.decode()
-    return out.decode()
+from _examples import EXAMPLES, run_example
 
 
 async def test_subscribe_example(liftbridge_cluster: Any) -> None:

@@ -2,37 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
-import sys
-from pathlib import Path
 from typing import Any
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-async def run_example(name: str, cluster: Any, *args: str) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-W",
-        "error",
-        str(EXAMPLES / name),
-        "--brokers",
-        ",".join(cluster.brokers),
-        "--nats",
-        cluster.nats_url,
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 90)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode == 0, err.decode()
-    return out.decode()
+from _examples import run_example
 
 
 async def test_quickstart_example(liftbridge_cluster: Any) -> None:
