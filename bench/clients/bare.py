@@ -1,0 +1,193 @@
+"""The bare pipeline: pre-encoded envelopes published with nats-py, acks only counted.
+
+This is the ceiling that the server and nats-py allow a Python publisher: no futures,
+no correlation map, no per-message encoding inside the timed section. ``raw`` is
+nats-py alone (the same bytes to a subject no server listens on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from typing import Any
+
+import nats
+
+from bench.measure import Meter, Schedule, payload, percentiles
+from liftbridge_nats._proto import api_pb2
+from liftbridge_nats.messages import AckPolicy
+from liftbridge_nats.wire import encode_publish
+
+
+def _subjects(subject: str, partitions: int) -> list[str]:
+    # Partition 0 listens on the stream subject, partition N on "<subject>.N".
+    return [subject if i == 0 else f"{subject}.{i}" for i in range(partitions)]
+
+
+def _envelopes(spec: dict[str, Any], inbox: str, count: int, start: int) -> list[bytes]:
+    value = payload(spec["size"])
+    policy = AckPolicy[spec["ack"]]
+    # Correlation ids shaped like a publisher's (random prefix + counter).
+    prefix = secrets.token_urlsafe(8)
+    return [
+        encode_publish(value, ack_inbox=inbox, correlation_id=f"{prefix}.{i}", ack_policy=policy)
+        for i in range(start, start + count)
+    ]
+
+
+async def _burst(nc: Any, subjects: list[str], envelopes: list[bytes], inbox_sub: Any) -> None:
+    publish = nc.publish
+    n = len(subjects)
+    if n == 1:
+        subject = subjects[0]
+        for env in envelopes:
+            await publish(subject, env)
+    else:
+        for i, env in enumerate(envelopes):
+            await publish(subjects[i % n], env)
+
+
+async def publish(spec: dict[str, Any]) -> dict[str, Any]:
+    """Publish ``count`` pre-encoded envelopes; done when the callback counted every ack."""
+    nc = await nats.connect(spec["nats_url"])
+    try:
+        inbox = nc.new_inbox()
+        subjects = _subjects(spec["subject"], spec["partitions"])
+        loop = asyncio.get_running_loop()
+        state = {"got": 0, "want": 0}
+        done: asyncio.Future[None] = loop.create_future()
+
+        async def on_ack(_msg: Any) -> None:
+            state["got"] += 1
+            if state["got"] == state["want"] and not done.done():
+                done.set_result(None)
+
+        sub = await nc.subscribe(inbox, cb=on_ack)
+        warm = _envelopes(spec, inbox, spec["warmup"], 0)
+        timed = _envelopes(spec, inbox, spec["count"], len(warm))
+        if warm:
+            state["want"] = len(warm)
+            await _burst(nc, subjects, warm, sub)
+            await asyncio.wait_for(done, spec.get("timeout", 120))
+            done = loop.create_future()
+        state["want"] = len(warm) + len(timed)
+        meter = Meter()
+        meter.start()
+        await _burst(nc, subjects, timed, sub)
+        await asyncio.wait_for(done, spec.get("timeout", 120))
+        result = meter.stop(len(timed))
+        await sub.unsubscribe()
+        return result
+    finally:
+        await nc.close()
+
+
+async def raw(spec: dict[str, Any]) -> dict[str, Any]:
+    """nats-py alone: the same envelopes to a subject no server listens on, then a flush."""
+    nc = await nats.connect(spec["nats_url"])
+    try:
+        subject = f"bench-raw.{secrets.token_hex(6)}"
+        warm = _envelopes(spec, "_INBOX.none", spec["warmup"], 0)
+        timed = _envelopes(spec, "_INBOX.none", spec["count"], len(warm))
+        await _burst(nc, [subject], warm, None)
+        await nc.flush(timeout=60)
+        meter = Meter()
+        meter.start()
+        await _burst(nc, [subject], timed, None)
+        await nc.flush(timeout=60)
+        return meter.stop(len(timed))
+    finally:
+        await nc.close()
+
+
+async def latency(spec: dict[str, Any]) -> dict[str, Any]:
+    """Scheduled sends at ``rate`` msg/s; latency from each message's due time to its ack."""
+    nc = await nats.connect(spec["nats_url"])
+    try:
+        inbox = nc.new_inbox()
+        rate = float(spec["rate"])
+        warm_n = int(rate * spec["warmup_seconds"])
+        total = warm_n + int(rate * spec["seconds"])
+        envelopes = _envelopes(spec, inbox, total, 0)
+        index = {env_cid: i for i, env_cid in enumerate(_cids(envelopes))}
+        acked = [0.0] * total
+        loop = asyncio.get_running_loop()
+        state = {"got": 0}
+        done: asyncio.Future[None] = loop.create_future()
+        parse = api_pb2.Ack.FromString
+        clock = time.perf_counter
+
+        async def on_ack(msg: Any) -> None:
+            now = clock()
+            i = index.get(parse(msg.data[8:]).correlationId)
+            if i is not None and not acked[i]:
+                acked[i] = now
+                state["got"] += 1
+                if state["got"] == total and not done.done():
+                    done.set_result(None)
+
+        sub = await nc.subscribe(inbox, cb=on_ack)
+        subject = spec["subject"]
+        sched = Schedule(rate, total, clock() + 0.05)
+        sent = 0
+        while sent < total:
+            due = sched.due_count(clock())
+            while sent < due:
+                await nc.publish(subject, envelopes[sent])
+                sent += 1
+            if sent < total:
+                await asyncio.sleep(max(0.0, sched.due(sent) - clock()))
+        send_end = clock()
+        with contextlib.suppress(TimeoutError):  # missing acks are counted below
+            await asyncio.wait_for(done, spec.get("timeout", 60))
+        await sub.unsubscribe()
+        samples = [acked[i] - sched.due(i) for i in range(warm_n, total) if acked[i]]
+        missing = (total - warm_n) - len(samples)
+        return {
+            "count": total - warm_n,
+            "errors": missing,
+            "offered_rate": rate,
+            "achieved_send_rate": total / (send_end - sched.t0),
+            **percentiles(samples),
+            # Raw samples (µs) let the runner pool interleaved rounds; it drops them.
+            "samples_us": [round(x * 1e6) for x in samples],
+        }
+    finally:
+        await nc.close()
+
+
+def _cids(envelopes: list[bytes]) -> list[str]:
+    from liftbridge_nats.wire import decode_publish
+
+    return [decode_publish(env).correlation_id for env in envelopes]
+
+
+async def subscribe(spec: dict[str, Any]) -> dict[str, Any]:
+    """The read ceiling: the generated grpc.aio stub alone, no SDK on top.
+
+    Liftbridge streams one gRPC message per stored message, so grpc.aio's per-message
+    cost bounds every Python reader built on it.
+    """
+    import grpc.aio
+
+    from liftbridge_nats._proto import api_pb2_grpc
+
+    count = spec["count"]
+    request = api_pb2.SubscribeRequest(
+        stream=spec["stream"],
+        partition=spec.get("partition", 0),
+        startPosition=api_pb2.StartPosition.EARLIEST,
+    )
+    async with grpc.aio.insecure_channel(spec["leader"]) as channel:
+        meter = Meter()
+        meter.start()
+        call = api_pb2_grpc.APIStub(channel).Subscribe(request)
+        seen = -1  # the server first sends an empty message: the subscription is set up
+        async for _msg in call:
+            seen += 1
+            if seen >= count:
+                break
+        call.cancel()
+        return meter.stop(seen, count - seen)

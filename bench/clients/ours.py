@@ -1,0 +1,177 @@
+"""liftbridge-nats itself: the NATS-native Publisher and the gRPC Client's subscribe.
+
+Used the way the README tells applications to use it: ``publish_nowait`` for
+throughput (futures resolved by the ack listener), defaults for every knob.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from typing import Any
+
+import nats
+
+from bench.measure import Meter, Schedule, payload, percentiles
+from liftbridge_nats.messages import AckError, AckPolicy, StartPosition, StopPosition
+
+
+def _subjects(subject: str, partitions: int) -> list[str]:
+    from liftbridge_nats.partitioning import partition_subject
+
+    return [partition_subject(subject, i) for i in range(partitions)]
+
+
+def _failed(fut: asyncio.Future[Any]) -> bool:
+    if fut.cancelled() or fut.exception() is not None:
+        return True
+    ack = fut.result()
+    return ack is not None and ack.error is not AckError.OK
+
+
+async def publish(spec: dict[str, Any]) -> dict[str, Any]:
+    """``publish_nowait`` ``count`` messages, then ``flush`` until every ack is in.
+
+    Futures are not kept: holding hundreds of thousands of them would make the
+    garbage collector, not the publisher, the cost being measured. Errors are counted
+    from the publisher's own stats (acked vs published).
+    """
+    from liftbridge_nats.publisher import Publisher
+
+    value = payload(spec["size"])
+    policy = AckPolicy[spec["ack"]]
+    subjects = _subjects(spec["subject"], spec["partitions"])
+    nc = await nats.connect(spec["nats_url"])
+    try:
+        async with Publisher(nc, ack_timeout=spec.get("timeout", 120)) as pub:
+
+            async def run(n: int) -> int:
+                before = pub.stats.acked
+                nowait = pub.publish_nowait
+                parts = len(subjects)
+                if parts == 1:
+                    subject = subjects[0]
+                    for _ in range(n):
+                        await nowait(subject, value, ack_policy=policy)
+                else:
+                    for i in range(n):
+                        await nowait(subjects[i % parts], value, ack_policy=policy)
+                await pub.flush()
+                return n - (pub.stats.acked - before)
+
+            await run(spec["warmup"])
+            meter = Meter()
+            meter.start()
+            errors = await run(spec["count"])
+            return meter.stop(spec["count"], errors)
+    finally:
+        await nc.close()
+
+
+async def memory(spec: dict[str, Any]) -> dict[str, Any]:
+    """Publish ``count`` messages without keeping their futures: peak memory and CPU."""
+    from liftbridge_nats.publisher import Publisher
+
+    value = payload(spec["size"])
+    policy = AckPolicy[spec["ack"]]
+    subject = spec["subject"]
+    nc = await nats.connect(spec["nats_url"])
+    try:
+        async with Publisher(nc, ack_timeout=spec.get("timeout", 120)) as pub:
+            state = {"errors": 0}
+
+            def check(fut: asyncio.Future[Any]) -> None:
+                if _failed(fut):
+                    state["errors"] += 1
+
+            async def run(n: int) -> None:
+                nowait = pub.publish_nowait
+                for _ in range(n):
+                    (await nowait(subject, value, ack_policy=policy)).add_done_callback(check)
+                await pub.flush()
+
+            await run(spec["warmup"])
+            meter = Meter()
+            meter.start()
+            await run(spec["count"])
+            return meter.stop(spec["count"], state["errors"])
+    finally:
+        await nc.close()
+
+
+async def latency(spec: dict[str, Any]) -> dict[str, Any]:
+    """Scheduled sends at ``rate`` msg/s; latency from each message's due time to its ack."""
+    from liftbridge_nats.publisher import Publisher
+
+    value = payload(spec["size"])
+    policy = AckPolicy[spec["ack"]]
+    subject = spec["subject"]
+    rate = float(spec["rate"])
+    warm_n = int(rate * spec["warmup_seconds"])
+    total = warm_n + int(rate * spec["seconds"])
+    acked = [0.0] * total
+    failed = [False] * total
+    clock = time.perf_counter
+    nc = await nats.connect(spec["nats_url"])
+    try:
+        async with Publisher(nc, ack_timeout=spec.get("timeout", 60)) as pub:
+
+            def on_done(i: int, fut: asyncio.Future[Any]) -> None:
+                acked[i] = clock()
+                failed[i] = _failed(fut)
+
+            sched = Schedule(rate, total, clock() + 0.05)
+            sent = 0
+            nowait = pub.publish_nowait
+            while sent < total:
+                due = sched.due_count(clock())
+                while sent < due:
+                    fut = await nowait(subject, value, ack_policy=policy)
+                    fut.add_done_callback(functools.partial(on_done, sent))
+                    sent += 1
+                if sent < total:
+                    await asyncio.sleep(max(0.0, sched.due(sent) - clock()))
+            send_end = clock()
+            await pub.flush()
+            for _ in range(100):  # done callbacks run one loop turn after the ack
+                if all(acked[warm_n:]):
+                    break
+                await asyncio.sleep(0.01)
+        samples = [
+            acked[i] - sched.due(i) for i in range(warm_n, total) if acked[i] and not failed[i]
+        ]
+        return {
+            "count": total - warm_n,
+            "errors": (total - warm_n) - len(samples),
+            "offered_rate": rate,
+            "achieved_send_rate": total / (send_end - sched.t0),
+            **percentiles(samples),
+            # Raw samples (µs) let the runner pool interleaved rounds; it drops them.
+            "samples_us": [round(x * 1e6) for x in samples],
+        }
+    finally:
+        await nc.close()
+
+
+async def subscribe(spec: dict[str, Any]) -> dict[str, Any]:
+    """Read ``count`` messages from offset 0 of one partition with ``Client.subscribe``."""
+    from liftbridge_nats.client import Client
+
+    count = spec["count"]
+    async with Client(spec["brokers"]) as client:
+        meter = Meter()
+        meter.start()
+        seen = 0
+        async with client.subscribe(
+            spec["stream"],
+            partition=spec.get("partition", 0),
+            start_position=StartPosition.EARLIEST,
+            stop_position=StopPosition.OFFSET,
+            stop_offset=count - 1,
+        ) as subscription:
+            async for _msg in subscription:
+                seen += 1
+                if seen >= count:
+                    break
+        return meter.stop(seen, count - seen)

@@ -1,0 +1,114 @@
+"""Servers for a run: a LocalCluster, plus stream creation over raw gRPC.
+
+Streams are made with the generated stubs rather than the SDK's Client so that setting
+up a case depends on nothing that is being measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+
+import grpc
+import grpc.aio
+
+from liftbridge_nats._proto import api_pb2, api_pb2_grpc
+from liftbridge_nats.testing import LocalCluster
+
+
+class Streams:
+    """Create and delete benchmark streams, waiting until they can take publishes."""
+
+    def __init__(self, brokers: list[str]) -> None:
+        self._brokers = brokers
+        self._channel = grpc.aio.insecure_channel(brokers[0])
+        self._stub = api_pb2_grpc.APIStub(self._channel)
+
+    async def close(self) -> None:
+        """Close the gRPC channel."""
+        await self._channel.close()
+
+    async def create(self, name: str, partitions: int, replication: int) -> None:
+        """Create stream ``name`` on subject ``name`` and wait for leaders (and full ISRs)."""
+        request = api_pb2.CreateStreamRequest(
+            subject=name, name=name, partitions=partitions, replicationFactor=replication
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                await self._stub.CreateStream(request, timeout=10)
+                break
+            except grpc.aio.AioRpcError as exc:
+                # Right after start-up there may be no metadata leader yet.
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"cannot create stream {name}: {exc.details()}") from exc
+                await asyncio.sleep(0.2)
+        await self.wait_ready(name, partitions, replication, deadline)
+
+    async def wait_ready(
+        self, name: str, partitions: int, replication: int, deadline: float
+    ) -> None:
+        """Wait until every partition has a leader and ``replication`` in-sync replicas."""
+        while True:
+            reply = await self._stub.FetchMetadata(
+                api_pb2.FetchMetadataRequest(streams=[name]), timeout=10
+            )
+            ready = 0
+            for stream in reply.streamMetadata:
+                if stream.name != name:
+                    continue
+                for part in stream.partitions.values():
+                    if part.leader and len(part.isr) >= replication:
+                        ready += 1
+            if ready >= partitions:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"stream {name} has no leader or full ISR after 60 s")
+            await asyncio.sleep(0.1)
+
+    async def leader_address(self, name: str, partition: int = 0) -> str:
+        """``host:port`` of the partition's leader."""
+        reply = await self._stub.FetchMetadata(
+            api_pb2.FetchMetadataRequest(streams=[name]), timeout=10
+        )
+        addresses = {b.id: f"{b.host}:{b.port}" for b in reply.brokers}
+        leader = ""
+        for stream in reply.streamMetadata:
+            if stream.name == name:
+                leader = stream.partitions[partition].leader
+        if leader not in addresses:
+            raise RuntimeError(f"stream {name} partition {partition} has no known leader")
+        return addresses[leader]
+
+    async def newest_offset(self, name: str, partition: int = 0) -> int:
+        """Newest offset of a partition (-1 when empty), asked of its leader.
+
+        Any broker answers FetchMetadata, but only the leader knows the exact offset.
+        """
+        address = await self.leader_address(name, partition)
+        async with grpc.aio.insecure_channel(address) as channel:
+            answer = await api_pb2_grpc.APIStub(channel).FetchPartitionMetadata(
+                api_pb2.FetchPartitionMetadataRequest(stream=name, partition=partition),
+                timeout=10,
+            )
+        return int(answer.metadata.newestOffset)
+
+    async def delete(self, name: str) -> None:
+        """Delete a stream (frees its disk space); errors are ignored."""
+        with suppress(grpc.aio.AioRpcError):
+            await self._stub.DeleteStream(api_pb2.DeleteStreamRequest(name=name), timeout=30)
+
+
+@asynccontextmanager
+async def running_cluster(nodes: int) -> AsyncIterator[tuple[LocalCluster, Streams]]:
+    """Start a LocalCluster of ``nodes`` nodes with quiet logs; stop it afterwards."""
+    cluster = LocalCluster(nodes, log_level="warn", start_timeout=120.0)
+    await cluster.start()
+    streams = Streams(cluster.brokers)
+    try:
+        yield cluster, streams
+    finally:
+        await streams.close()
+        await cluster.stop()

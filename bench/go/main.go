@@ -1,0 +1,230 @@
+// Command bench-go measures the official Go client (go-liftbridge) for the
+// liftbridge-nats benchmark suite. The Python suite starts the servers and
+// creates the streams; this program only publishes or reads and prints one
+// JSON object with what it measured.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	lift "github.com/liftbridge-io/go-liftbridge/v2"
+)
+
+type result struct {
+	Mode       string  `json:"mode"`
+	Count      int     `json:"count"`
+	Errors     int64   `json:"errors"`
+	Seconds    float64 `json:"seconds"`
+	Rate       float64 `json:"rate"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+	CPUPerMsg  float64 `json:"cpu_us_per_msg"`
+	MaxRSSKiB  int64   `json:"max_rss_kib"`
+	GoVersion  string  `json:"go_version,omitempty"`
+	Error      string  `json:"error,omitempty"`
+}
+
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// maxRSS reads the peak resident size from /proc: getrusage's Maxrss would include
+// the parent's, which Linux carries into a child across fork and exec.
+func maxRSS() int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			var kib int64
+			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(line, "VmHWM:")), "%d", &kib)
+			return kib
+		}
+	}
+	return -1
+}
+
+func fail(mode string, err error) {
+	out, _ := json.Marshal(result{Mode: mode, Error: err.Error()})
+	fmt.Println(string(out))
+	os.Exit(1)
+}
+
+func messageOptions(ack string, partitions int) ([]lift.MessageOption, error) {
+	var opts []lift.MessageOption
+	switch ack {
+	case "leader":
+		opts = append(opts, lift.AckPolicyLeader())
+	case "all":
+		opts = append(opts, lift.AckPolicyAll())
+	case "none":
+		opts = append(opts, lift.AckPolicyNone())
+	default:
+		return nil, fmt.Errorf("unknown ack policy %q (leader, all, none)", ack)
+	}
+	if partitions > 1 {
+		opts = append(opts, lift.PartitionByRoundRobin())
+	}
+	return opts, nil
+}
+
+// publishAsync keeps at most window messages in flight and counts acks in the
+// ack handler, the way an application using PublishAsync would.
+func publishAsync(ctx context.Context, c lift.Client, stream string, count int, value []byte,
+	opts []lift.MessageOption, window int) (int64, error) {
+	var errs int64
+	var wg sync.WaitGroup
+	// A window of 0 means no limit: PublishAsync itself has none.
+	var slots chan struct{}
+	if window > 0 {
+		slots = make(chan struct{}, window)
+	}
+	handler := func(ack *lift.Ack, err error) {
+		if err != nil {
+			atomic.AddInt64(&errs, 1)
+		}
+		if slots != nil {
+			<-slots
+		}
+		wg.Done()
+	}
+	for i := 0; i < count; i++ {
+		if slots != nil {
+			slots <- struct{}{}
+		}
+		wg.Add(1)
+		if err := c.PublishAsync(ctx, stream, value, handler, opts...); err != nil {
+			return errs, err
+		}
+	}
+	wg.Wait()
+	return errs, nil
+}
+
+// publishSync runs workers goroutines, each calling the blocking Publish.
+func publishSync(ctx context.Context, c lift.Client, stream string, count int, value []byte,
+	opts []lift.MessageOption, workers int) (int64, error) {
+	var errs int64
+	var next int64 = -1
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for atomic.AddInt64(&next, 1) < int64(count) {
+				if _, err := c.Publish(ctx, stream, value, opts...); err != nil {
+					atomic.AddInt64(&errs, 1)
+					firstErr.CompareAndSwap(nil, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if e, ok := firstErr.Load().(error); ok && errs == int64(count) {
+		return errs, e
+	}
+	return errs, nil
+}
+
+// subscribe reads count messages from the start of one partition.
+func subscribe(ctx context.Context, c lift.Client, stream string, partition int, count int) (int64, error) {
+	done := make(chan error, 1)
+	var seen int64
+	var once sync.Once
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	err := c.Subscribe(ctx, stream, func(msg *lift.Message, err error) {
+		if err != nil {
+			once.Do(func() { done <- err })
+			return
+		}
+		if atomic.AddInt64(&seen, 1) == int64(count) {
+			once.Do(func() { done <- nil })
+		}
+	}, lift.StartAtEarliestReceived(), lift.Partition(int32(partition)))
+	if err != nil {
+		return 0, err
+	}
+	if err := <-done; err != nil && atomic.LoadInt64(&seen) < int64(count) {
+		return 0, err
+	}
+	return 0, nil
+}
+
+func main() {
+	brokers := flag.String("brokers", "127.0.0.1:9292", "comma-separated Liftbridge broker addresses")
+	stream := flag.String("stream", "", "stream name (created by the caller)")
+	count := flag.Int("count", 10000, "messages to publish or read")
+	warmup := flag.Int("warmup", 0, "messages published before the timed run")
+	size := flag.Int("size", 100, "value size in bytes")
+	ack := flag.String("ack", "leader", "ack policy: leader, all or none")
+	mode := flag.String("mode", "async", "async (PublishAsync), sync (Publish) or subscribe")
+	partitions := flag.Int("partitions", 1, "partition count of the stream (round-robin when > 1)")
+	partition := flag.Int("partition", 0, "partition to read in subscribe mode")
+	window := flag.Int("window", 0, "PublishAsync: most messages in flight (0: no limit)")
+	workers := flag.Int("workers", 1, "Publish: concurrent goroutines")
+	timeout := flag.Duration("timeout", 10*time.Minute, "give up after this long")
+	flag.Parse()
+	if *stream == "" {
+		fail(*mode, fmt.Errorf("-stream is required"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	client, err := lift.Connect(strings.Split(*brokers, ","))
+	if err != nil {
+		fail(*mode, err)
+	}
+	defer client.Close()
+	value := make([]byte, *size)
+	for i := range value {
+		value[i] = byte('a' + i%26)
+	}
+	opts, err := messageOptions(*ack, *partitions)
+	if err != nil {
+		fail(*mode, err)
+	}
+	run := func(n int) (int64, error) {
+		switch *mode {
+		case "async":
+			return publishAsync(ctx, client, *stream, n, value, opts, *window)
+		case "sync":
+			return publishSync(ctx, client, *stream, n, value, opts, *workers)
+		case "subscribe":
+			return subscribe(ctx, client, *stream, *partition, n)
+		}
+		return 0, fmt.Errorf("unknown mode %q (async, sync, subscribe)", *mode)
+	}
+	if *warmup > 0 && *mode != "subscribe" {
+		if _, err := run(*warmup); err != nil {
+			fail(*mode, err)
+		}
+	}
+	cpu0 := cpuSeconds()
+	start := time.Now()
+	errs, err := run(*count)
+	elapsed := time.Since(start).Seconds()
+	cpu := cpuSeconds() - cpu0
+	if err != nil {
+		fail(*mode, err)
+	}
+	out, _ := json.Marshal(result{
+		Mode: *mode, Count: *count, Errors: errs, Seconds: elapsed,
+		Rate: float64(*count) / elapsed, CPUSeconds: cpu, MaxRSSKiB: maxRSS(),
+		CPUPerMsg: cpu / float64(*count) * 1e6,
+	})
+	fmt.Println(string(out))
+}

@@ -1,0 +1,118 @@
+"""The list of cases one run measures, in the order it measures them.
+
+Publish cases are grouped by configuration (ack policy, topology, size) with every
+client of that configuration run back to back, so that all clients of one row see the
+same machine conditions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.settings import Settings, Topology
+
+# Clients of the publish section, in table order.
+OURS = "ours"
+BARE = "bare"
+RAW = "raw nats-py"
+GUFO_UNARY = "gufo publish"
+GUFO_BULK = "gufo publish_bulk"
+GO_ASYNC = "go PublishAsync"
+GO_SYNC = "go Publish"
+OURS_UVLOOP = "ours+uvloop"
+BARE_UVLOOP = "bare+uvloop"
+GUFO_SUB = "gufo subscribe"
+GO_SUB = "go Subscribe"
+GRPC_SUB = "raw grpc.aio"
+
+GUFO_CLIENTS = (GUFO_UNARY, GUFO_BULK, GUFO_SUB)
+GO_CLIENTS = (GO_ASYNC, GO_SYNC, GO_SUB)
+SEQUENTIAL_CLIENTS = (GUFO_UNARY, GO_SYNC)
+
+
+SINGLE = Topology(1, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One measurement: a client doing one thing under one configuration."""
+
+    section: str  # publish | latency | subscribe | memory
+    client: str
+    size: int
+    count: int
+    ack: str = "LEADER"
+    topology: Topology = SINGLE
+    rate: int = 0
+
+    @property
+    def id(self) -> str:
+        """Stable identifier, the key of the case in results.json."""
+        parts = [self.section, self.client.replace(" ", "_"), f"{self.size}B"]
+        if self.section in ("publish", "memory"):
+            parts += [self.ack, self.topology.label]
+        if self.section == "latency":
+            parts += [self.ack, f"{self.rate}mps"]
+        return "/".join(parts)
+
+    @property
+    def config(self) -> str:
+        """The configuration the case belongs to (shared by the clients it compares)."""
+        if self.section == "latency":
+            return f"{self.ack} {self.rate} msg/s {self.size} B"
+        if self.section == "subscribe":
+            return f"{self.size} B"
+        return f"{self.ack} {self.topology.label} {self.size} B"
+
+
+def publish_clients(settings: Settings, topology: Topology) -> list[str]:
+    """Clients measured on one publish configuration."""
+    clients = [OURS, BARE]
+    if settings.gufo:
+        clients.append(GUFO_BULK)
+        if topology in settings.sequential_topologies:
+            clients.append(GUFO_UNARY)
+    if settings.go:
+        clients.append(GO_ASYNC)
+        if topology in settings.sequential_topologies:
+            clients.append(GO_SYNC)
+    if settings.uvloop_compare and topology == settings.topologies[0]:
+        clients += [OURS_UVLOOP, BARE_UVLOOP]
+    return clients
+
+
+def build(settings: Settings) -> list[Case]:
+    """Every case of a run, in execution order."""
+    cases: list[Case] = []
+    for size in settings.sizes:
+        cases.append(Case("publish", RAW, size, settings.count, ack="NONE"))
+    for size in settings.sizes:
+        for topology in settings.topologies:
+            if topology.replication > settings.nodes:
+                continue
+            for ack in settings.policies:
+                for client in publish_clients(settings, topology):
+                    cases.append(
+                        Case("publish", client, size, settings.count, ack=ack, topology=topology)
+                    )
+    for size in settings.sizes:
+        for rate in settings.latency_rates:
+            count = int(rate * settings.latency_seconds)
+            for client in (OURS, BARE):
+                cases.append(Case("latency", client, size, count, rate=rate))
+    for size in settings.sizes:
+        clients = [OURS, GRPC_SUB]
+        if settings.gufo:
+            clients.append(GUFO_SUB)
+        if settings.go:
+            clients.append(GO_SUB)
+        for client in clients:
+            cases.append(Case("subscribe", client, size, settings.subscribe_count))
+    if settings.memory_count:
+        size = settings.sizes[0]
+        cases.append(Case("memory", OURS, size, settings.memory_count))
+        if settings.go:
+            cases.append(Case("memory", GO_ASYNC, size, settings.memory_count))
+    if settings.case_filter:
+        cases = [c for c in cases if any(f in c.id for f in settings.case_filter)]
+    return cases

@@ -1,0 +1,597 @@
+"""Turn a run's record (results.json) into RESULTS.md and results.png.
+
+``python -m bench.report [results.json]`` regenerates both from a saved record.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from bench import plan
+
+Record = dict[str, Any]
+
+PUBLISH_ORDER = [
+    plan.OURS,
+    plan.BARE,
+    plan.GO_ASYNC,
+    plan.GO_SYNC,
+    plan.GUFO_BULK,
+    plan.GUFO_UNARY,
+    plan.OURS_UVLOOP,
+    plan.BARE_UVLOOP,
+]
+
+
+def _ok(case: Record) -> bool:
+    return "error" not in case["result"]
+
+
+def _rate(cases: Iterable[Record], client: str, **match: Any) -> float | None:
+    for case in cases:
+        if case["client"] == client and all(case[k] == v for k, v in match.items()):
+            return float(case["result"]["rate"]) if _ok(case) else None
+    return None
+
+
+def _find(cases: Iterable[Record], client: str, **match: Any) -> Record | None:
+    for case in cases:
+        if case["client"] == client and all(case[k] == v for k, v in match.items()):
+            return case
+    return None
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _size(n: int) -> str:
+    return "1 KiB" if n == 1024 else f"{n} B"
+
+
+def _topo(case: Record) -> str:
+    return f"{case['partitions']} part, RF {case['replication']}"
+
+
+def _configs(cases: list[Record]) -> list[tuple[int, str, int, int]]:
+    seen: list[tuple[int, str, int, int]] = []
+    for c in cases:
+        if c["section"] == "publish" and c["client"] != plan.RAW:
+            key = (c["size"], c["ack"], c["partitions"], c["replication"])
+            if key not in seen:
+                seen.append(key)
+    return seen
+
+
+def _gufo_best(pub: list[Record], **match: Any) -> tuple[float | None, str]:
+    best: tuple[float | None, str] = (None, "")
+    for client in (plan.GUFO_BULK, plan.GUFO_UNARY):
+        rate = _rate(pub, client, **match)
+        if rate is not None and (best[0] is None or rate > best[0]):
+            best = (rate, client)
+    return best
+
+
+def targets(record: Record) -> list[dict[str, Any]]:
+    """Evaluate the issue's targets on the headline configurations (1 partition, RF 1)."""
+    cases = record["cases"]
+    pub = [c for c in cases if c["section"] == "publish"]
+    rows: list[dict[str, Any]] = []
+    sizes = sorted({c["size"] for c in pub})
+    for size in sizes:
+        m = {"size": size, "ack": "LEADER", "partitions": 1, "replication": 1}
+        ours = _rate(pub, plan.OURS, **m)
+        gufo, gufo_mode = _gufo_best(pub, **m)
+        rows.append(
+            _target(
+                f"LEADER publish ≥ 10x gufo-liftbridge best mode ({gufo_mode or 'n/a'}), {_size(size)}",
+                _ratio(ours, gufo),
+                10.0,
+            )
+        )
+        rows.append(
+            _target(
+                f"LEADER publish ≥ 1.0x go-liftbridge PublishAsync, {_size(size)}",
+                _ratio(ours, _rate(pub, plan.GO_ASYNC, **m)),
+                1.0,
+            )
+        )
+        rows.append(
+            _target(
+                f"LEADER publish ≥ 80% of the bare pipeline, {_size(size)}",
+                _ratio(ours, _rate(pub, plan.BARE, **m)),
+                0.8,
+            )
+        )
+    # The same three throughput targets over every LEADER configuration of the run.
+    leader = [k for k in _configs(pub) if k[1] == "LEADER"]
+    if len(leader) > len(sizes):
+        for name, peer, goal in (
+            ("10x gufo-liftbridge best mode", None, 10.0),
+            ("1.0x go-liftbridge PublishAsync", plan.GO_ASYNC, 1.0),
+            ("80% of the bare pipeline", plan.BARE, 0.8),
+        ):
+            ratios = []
+            for size, ack, parts, rf in leader:
+                m = {"size": size, "ack": ack, "partitions": parts, "replication": rf}
+                other = _gufo_best(pub, **m)[0] if peer is None else _rate(pub, peer, **m)
+                r = _ratio(_rate(pub, plan.OURS, **m), other)
+                if r is not None:
+                    ratios.append(r)
+            if ratios:
+                met = sum(r >= goal for r in ratios)
+                row = _target(
+                    f"LEADER publish ≥ {name}, all {len(ratios)} LEADER configurations "
+                    f"(worst ratio shown; met in {met} of {len(ratios)})",
+                    min(ratios),
+                    goal,
+                )
+                rows.append(row)
+    lat = [c for c in cases if c["section"] == "latency" and c["rate"] == 10_000]
+    for size in sorted({c["size"] for c in lat}):
+        ours_c = _find(lat, plan.OURS, size=size)
+        bare_c = _find(lat, plan.BARE, size=size)
+        ratio = None
+        if ours_c and bare_c and _ok(ours_c) and _ok(bare_c):
+            ratio = ours_c["result"]["p99_ms"] / bare_c["result"]["p99_ms"]
+        rows.append(
+            _target(
+                f"ack p99 at 10k msg/s ≤ 1.25x bare p99, {_size(size)}",
+                ratio,
+                1.25,
+                lower_is_better=True,
+            )
+        )
+    sub = [c for c in cases if c["section"] == "subscribe"]
+    for size in sorted({c["size"] for c in sub}):
+        rows.append(
+            _target(
+                f"subscribe ≥ 5x gufo-liftbridge, {_size(size)}",
+                _ratio(_rate(sub, plan.OURS, size=size), _rate(sub, plan.GUFO_SUB, size=size)),
+                5.0,
+            )
+        )
+    return rows
+
+
+def _target(
+    name: str, ratio: float | None, goal: float, lower_is_better: bool = False
+) -> dict[str, Any]:
+    if ratio is None:
+        status = "not measured"
+    elif (ratio <= goal) if lower_is_better else (ratio >= goal):
+        status = "met"
+    else:
+        status = "missed"
+    return {"target": name, "goal": goal, "ratio": ratio, "status": status}
+
+
+def _machine_section(meta: Record) -> list[str]:
+    m = meta["machine"]
+    lines = [
+        f"- Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB RAM, {m['os']}",
+        "- Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
+        f"- Run: {meta['started']} → {meta['finished']} (UTC), mode `{meta['mode']}`, "
+        f"command `{meta['command']}`",
+        f"- Load average (1/5/15 min) before: {meta['load_before']}, after: {meta['load_after']}",
+    ]
+    s = meta["settings"]
+    lines.append(
+        f"- Settings: {s['nodes']}-node cluster (one nats-server), {s['count']:,} messages per "
+        f"publish case after {s['warmup']:,} warm-up messages, sizes "
+        f"{', '.join(_size(x) for x in s['sizes'])}; one-at-a-time peers (gufo `publish`, "
+        f"go `Publish`) on {', '.join(s['sequential_topologies'])} only; latency "
+        f"{s['latency_seconds']:.0f} s per load and client in {s.get('latency_rounds', 1)} alternating rounds; subscribe reads {s['subscribe_count']:,} "
+        f"messages; memory case {s['memory_count']:,} publishes; Go PublishAsync window "
+        f"{s['go_window'] or 'unbounded'} (our Publisher's default max_inflight)"
+        + ("; every Python client on uvloop" if s.get("uvloop") else "")
+    )
+    if meta.get("note"):
+        lines.append(f"- Note: {meta['note']}")
+    for peer, why in meta.get("peers_missing", {}).items():
+        lines.append(f"- Missing peer {peer}: {why}")
+    return lines
+
+
+def _publish_tables(cases: list[Record]) -> list[str]:
+    pub = [c for c in cases if c["section"] == "publish"]
+    out: list[str] = []
+    clients = [c for c in PUBLISH_ORDER if any(x["client"] == c for x in pub)]
+    peers = [c for c in clients if c not in (plan.OURS, plan.OURS_UVLOOP, plan.BARE_UVLOOP)]
+    uv = plan.OURS_UVLOOP in clients and plan.BARE_UVLOOP in clients
+    for size in sorted({c["size"] for c in pub}):
+        raw = _rate(pub, plan.RAW, size=size)
+        keys = [k for k in _configs(pub) if k[0] == size]
+        out += [
+            "",
+            f"### Acked publish throughput, {_size(size)} values (msg/s)",
+            "",
+            f"Raw nats-py with no server in the loop (the same envelopes, no acks): "
+            f"**{_num(raw)} msg/s** (ours reaches {_x(_ratio(_rate(pub, plan.OURS, size=size, ack='LEADER', partitions=1, replication=1), raw))} "
+            "of it with LEADER acks on 1 partition, RF 1).",
+            "",
+            "| ack | topology | " + " | ".join(clients) + " |",
+            "|---|---|" + "---:|" * len(clients),
+        ]
+        for key in keys:
+            m = {"size": key[0], "ack": key[1], "partitions": key[2], "replication": key[3]}
+            cells = []
+            for client in clients:
+                case = _find(pub, client, **m)
+                if case is None:
+                    cells.append("")
+                elif not _ok(case):
+                    cells.append("failed")
+                else:
+                    errs = case["result"].get("errors") or 0
+                    cells.append(_num(case["result"]["rate"]) + (f" ({errs} err)" if errs else ""))
+            out.append(f"| {key[1]} | {key[2]} part, RF {key[3]} | " + " | ".join(cells) + " |")
+        out += [
+            "",
+            f"Ratios, {_size(size)}: ours / the ceiling (bare) and ours / each peer"
+            + (" (last column: ours+uvloop / bare+uvloop)" if uv else "")
+            + ".",
+            "",
+            "| ack | topology | "
+            + " | ".join(f"ours / {p}" for p in peers)
+            + (" | uvloop: ours / bare |" if uv else " |"),
+            "|---|---|" + "---:|" * (len(peers) + (1 if uv else 0)),
+        ]
+        for key in keys:
+            m = {"size": key[0], "ack": key[1], "partitions": key[2], "replication": key[3]}
+            ours = _rate(pub, plan.OURS, **m)
+            cells = [_x(_ratio(ours, _rate(pub, p, **m))) for p in peers]
+            if uv:
+                cells.append(
+                    _x(_ratio(_rate(pub, plan.OURS_UVLOOP, **m), _rate(pub, plan.BARE_UVLOOP, **m)))
+                )
+            out.append(f"| {key[1]} | {key[2]} part, RF {key[3]} | " + " | ".join(cells) + " |")
+    return out
+
+
+def _cpu_table(cases: list[Record]) -> list[str]:
+    pub = [c for c in cases if c["section"] in ("publish", "memory") and _ok(c)]
+    rows = [c for c in pub if c["partitions"] == 1 and c["replication"] == 1]
+    if not rows:
+        return []
+    clients = [c for c in [plan.RAW, *PUBLISH_ORDER] if any(x["client"] == c for x in rows)]
+    out = [
+        "",
+        "### Client CPU per message (µs of process CPU time / message, 1 partition, RF 1)",
+        "",
+        "Encode + publish + ack match, all threads of the client process (gRPC peers "
+        "include their gRPC threads; the Go peer all goroutines).",
+        "",
+        "| size | ack | " + " | ".join(clients) + " |",
+        "|---|---|" + "---:|" * len(clients),
+    ]
+    keys = sorted(
+        {
+            (c["size"], c["ack"])
+            for c in rows
+            if c["section"] == "publish" and c["client"] != plan.RAW
+        }
+    )
+    for size, ack in keys:
+        cells = []
+        for client in clients:
+            match = {"size": size} if client == plan.RAW else {"size": size, "ack": ack}
+            case = _find([c for c in rows if c["section"] == "publish"], client, **match)
+            cells.append(_num(case["result"]["cpu_us_per_msg"], 1) if case else "")
+        out.append(f"| {_size(size)} | {ack} | " + " | ".join(cells) + " |")
+    return out
+
+
+def _latency_table(cases: list[Record]) -> list[str]:
+    lat = [c for c in cases if c["section"] == "latency"]
+    if not lat:
+        return []
+    out = [
+        "",
+        "### Ack latency at fixed offered load (ms, from each message's scheduled send time)",
+        "",
+        "LEADER acks, 1 partition, RF 1; ours and bare alternate in rounds (pooled) so that "
+        "both see the same background load. Sends are scheduled at a fixed rate and every "
+        "latency is measured from the scheduled time, so a stall that delays sending "
+        "counts against the client (no coordinated omission).",
+        "",
+        "| load | size | client | p50 | p90 | p99 | p99.9 | max | lost | p99 / bare p99 "
+        "| p99 per round | median round p99 / bare's |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for case in lat:
+        r = case["result"]
+        if not _ok(case):
+            out.append(
+                f"| {case['rate']:,} msg/s | {_size(case['size'])} | {case['client']} | failed |||||||"
+            )
+            continue
+        bare = _find(lat, plan.BARE, size=case["size"], rate=case["rate"])
+        ratio = None
+        if bare and _ok(bare):
+            ratio = r["p99_ms"] / bare["result"]["p99_ms"]
+        out.append(
+            f"| {case['rate']:,} msg/s | {_size(case['size'])} | {case['client']} | "
+            f"{r['p50_ms']:.2f} | {r['p90_ms']:.2f} | {r['p99_ms']:.2f} | {r['p999_ms']:.2f} | "
+            f"{r['max_ms']:.2f} | {r['errors']} | {_x(ratio)} | "
+            f"{', '.join(f'{x:.1f}' for x in r.get('p99_ms_per_round', []))} | "
+            f"{_x(_median_round_ratio(r, bare))} |"
+        )
+    return out
+
+
+def _median_round_ratio(r: Record, bare: Record | None) -> float | None:
+    """Median of this client's per-round p99s over bare's: robust to one noisy round."""
+    mine = r.get("p99_ms_per_round") or []
+    if not bare or not _ok(bare) or not mine:
+        return None
+    theirs = bare["result"].get("p99_ms_per_round") or []
+    if not theirs:
+        return None
+    return _ratio(statistics.median(mine), statistics.median(theirs))
+
+
+def _subscribe_table(cases: list[Record]) -> list[str]:
+    sub = [c for c in cases if c["section"] == "subscribe"]
+    if not sub:
+        return []
+    clients = [
+        c
+        for c in (plan.OURS, plan.GRPC_SUB, plan.GO_SUB, plan.GUFO_SUB)
+        if any(x["client"] == c for x in sub)
+    ]
+    out = [
+        "",
+        f"### Subscribe throughput (msg/s, reading the same {sub[0]['count']:,}-message partition from offset 0)",
+        "",
+        "**raw grpc.aio** = the generated stub's `Subscribe` alone (no SDK): the ceiling "
+        "for a Python reader on grpc.aio, as the bare pipeline is for publishing.",
+        "",
+        "| size | " + " | ".join(clients) + " | ours / raw grpc.aio | ours / gufo | ours / go |",
+        "|---|" + "---:|" * (len(clients) + 3),
+    ]
+    for size in sorted({c["size"] for c in sub}):
+        cells = []
+        for client in clients:
+            case = _find(sub, client, size=size)
+            cells.append(
+                "failed" if case and not _ok(case) else _num(_rate(sub, client, size=size))
+            )
+        ours = _rate(sub, plan.OURS, size=size)
+        out.append(
+            f"| {_size(size)} | "
+            + " | ".join(cells)
+            + f" | {_x(_ratio(ours, _rate(sub, plan.GRPC_SUB, size=size)))}"
+            + f" | {_x(_ratio(ours, _rate(sub, plan.GUFO_SUB, size=size)))}"
+            + f" | {_x(_ratio(ours, _rate(sub, plan.GO_SUB, size=size)))} |"
+        )
+    return out
+
+
+def _memory_table(cases: list[Record]) -> list[str]:
+    mem = [c for c in cases if c["section"] == "memory"]
+    if not mem:
+        return []
+    out = [
+        "",
+        f"### {mem[0]['count']:,} publishes: CPU and peak memory ({_size(mem[0]['size'])}, LEADER, 1 partition)",
+        "",
+        "| client | msg/s | CPU µs/msg | peak RSS (MiB) | peak RSS growth during the run (MiB) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for case in mem:
+        r = case["result"]
+        if not _ok(case):
+            out.append(f"| {case['client']} | failed | | | |")
+            continue
+        delta = f"{r['rss_delta_kib'] / 1024:.1f}" if "rss_delta_kib" in r else "-"
+        out.append(
+            f"| {case['client']} | {r['rate']:,.0f} | {r['cpu_us_per_msg']:.1f} | "
+            f"{r['max_rss_kib'] / 1024:.1f} | {delta} |"
+        )
+    return out
+
+
+def _failures(cases: list[Record]) -> list[str]:
+    bad = [c for c in cases if not _ok(c)]
+    if not bad:
+        return []
+    out = ["", "### Failed cases (no figure is shown for them)", ""]
+    for c in bad:
+        why = str(c["result"]["error"]).strip().splitlines()
+        out.append(f"- `{c['id']}`: {why[-1][:300] if why else 'unknown'}")
+    return out
+
+
+def _method() -> list[str]:
+    return [
+        "",
+        "How it is measured:",
+        "",
+        "- Every case runs in a fresh process (a worker) on a fresh stream that is deleted "
+        "afterwards; all clients of one configuration run back to back. CPU is the worker "
+        "process's CPU time (all threads) over the timed section divided by the messages; "
+        "peak memory is the process's VmHWM.",
+        "- Each publish case first sends the warm-up messages (connections, stream, "
+        "followers busy), then times `count` messages until the last ack is in. "
+        "Multi-partition cases spread messages round-robin over the partitions.",
+        "- Publish clients: ours and bare publish on NATS; the Go and gufo peers publish over "
+        "gRPC to a broker, which publishes on NATS for them. go `Publish` and gufo "
+        "`publish` wait for each ack before the next message (one in flight), as their "
+        "APIs do; they run on the 1-partition RF 1 configuration only, with the same count.",
+        "- The bare pipeline pre-encodes its envelopes before the clock starts and only "
+        "counts acks, so it is a ceiling, not a usable client: no futures, no matching, "
+        "no timeouts. Raw nats-py sends the same bytes where no server listens.",
+        "- Latency: sends are scheduled at the offered rate (batches of the messages due "
+        "whenever the event loop wakes up); each latency runs from the message's "
+        "scheduled time to the moment its ack is seen (ours: the future's callback; "
+        "bare: the subscription callback). Each round starts with a warm-up at the same "
+        "rate that is not recorded.",
+        "- Ratios are ours / peer on the same configuration of the same run.",
+    ]
+
+
+def markdown(record: Record, chart_name: str = "results.png") -> str:
+    """The whole RESULTS.md text."""
+    meta, cases = record["meta"], record["cases"]
+    lines = [
+        "# liftbridge-nats benchmark results",
+        "",
+        "Generated by `python -m bench` (`make bench`); raw numbers in `results.json`, "
+        f"chart in `{chart_name}`. Every client runs in its own process against the same "
+        "servers, one case after another; figures are from one run, on one machine.",
+        "",
+        "## Machine and settings",
+        "",
+        *_machine_section(meta),
+        "",
+        "## Targets (reported, not asserted)",
+        "",
+        "Headline configuration: LEADER acks, 1 partition, RF 1.",
+        "",
+        "| target | measured ratio | goal | status |",
+        "|---|---:|---:|---|",
+    ]
+    for t in targets(record):
+        lines.append(f"| {t['target']} | {_x(t['ratio'])} | {t['goal']}x | {t['status']} |")
+    lines += ["", "## Figures", ""]
+    lines += [
+        "Clients: **ours** = `Publisher.publish_nowait` (defaults) then `flush`; **bare** = "
+        "pre-encoded envelopes published with nats-py, acks only counted by a subscription "
+        "callback (the ceiling the server and nats-py allow); **go PublishAsync / Publish** = "
+        "go-liftbridge (gRPC); **gufo publish_bulk / publish** = gufo-liftbridge (gRPC); "
+        "**+uvloop** = the same Python client on uvloop.",
+    ]
+    lines += _method()
+    lines += _publish_tables(cases)
+    lines += _cpu_table(cases)
+    lines += _latency_table(cases)
+    lines += _subscribe_table(cases)
+    lines += _memory_table(cases)
+    lines += _failures(cases)
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _legend(ax: Any) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "not measured in this run", ha="center", transform=ax.transAxes)
+
+
+def chart(record: Record, path: Path) -> None:
+    """Three panels: publish throughput, ack latency percentiles, subscribe throughput."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = record["cases"]
+    pub = [
+        c
+        for c in cases
+        if c["section"] == "publish" and c["partitions"] == 1 and c["replication"] == 1
+    ]
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5.5))
+    ax = axes[0]
+    groups = sorted(
+        {(c["size"], c["ack"]) for c in pub if c["client"] != plan.RAW},
+        key=lambda k: (k[0], k[1] != "LEADER"),
+    )
+    clients = [c for c in PUBLISH_ORDER if any(x["client"] == c for x in pub)]
+    width = 0.8 / max(1, len(clients))
+    for j, client in enumerate(clients):
+        values = [(_rate(pub, client, size=s, ack=a) or 0) / 1000 for s, a in groups]
+        ax.bar([i + j * width for i in range(len(groups))], values, width, label=client)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(groups))])
+    ax.set_xticklabels([f"{a}\n{_size(s)}" for s, a in groups])
+    ax.set_ylabel("k msg/s")
+    ax.set_title("Acked publish, 1 partition, RF 1")
+    _legend(ax)
+    ax = axes[1]
+    lat = [c for c in cases if c["section"] == "latency" and _ok(c)]
+    labels = ["p50", "p90", "p99", "p999"]
+    # Colour: load and size; line style: client (ours solid, bare dashed).
+    configs = sorted({(c["rate"], c["size"]) for c in lat})
+    for case in lat:
+        r = case["result"]
+        ax.plot(
+            ["p50", "p90", "p99", "p99.9"],
+            [r[f"{p}_ms"] for p in labels],
+            marker="o",
+            color=f"C{configs.index((case['rate'], case['size']))}",
+            linestyle="-" if case["client"] == plan.OURS else "--",
+            label=f"{case['client']} {case['rate'] // 1000}k/s {_size(case['size'])}",
+        )
+    ax.set_yscale("log")
+    ax.set_ylabel("ms from scheduled send")
+    ax.set_title("Ack latency (LEADER)")
+    _legend(ax)
+    ax = axes[2]
+    sub = [c for c in cases if c["section"] == "subscribe"]
+    sizes = sorted({c["size"] for c in sub})
+    sub_clients = [
+        c
+        for c in (plan.OURS, plan.GRPC_SUB, plan.GO_SUB, plan.GUFO_SUB)
+        if any(x["client"] == c for x in sub)
+    ]
+    w = 0.8 / max(1, len(sub_clients))
+    for j, client in enumerate(sub_clients):
+        ax.bar(
+            [i + j * w for i in range(len(sizes))],
+            [(_rate(sub, client, size=s) or 0) / 1000 for s in sizes],
+            w,
+            label=client,
+        )
+    ax.set_xticks([i + 0.4 - w / 2 for i in range(len(sizes))])
+    ax.set_xticklabels([_size(s) for s in sizes])
+    ax.set_ylabel("k msg/s")
+    ax.set_title("Subscribe from offset 0")
+    _legend(ax)
+    m = record["meta"]["machine"]
+    fig.suptitle(
+        f"liftbridge-nats bench ({record['meta']['mode']}), {m['cpu']}, {m['cores']} cores"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def write(record: Record, out_dir: Path) -> None:
+    """Write results.json, RESULTS.md and results.png into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(record, indent=1) + "\n")
+    (out_dir / "RESULTS.md").write_text(markdown(record))
+    chart(record, out_dir / "results.png")
+
+
+def main(argv: list[str]) -> int:
+    """Regenerate the report from a saved results.json."""
+    source = Path(argv[1]) if len(argv) > 1 else Path(__file__).parent / "results.json"
+    record = json.loads(source.read_text())
+    (source.parent / "RESULTS.md").write_text(markdown(record))
+    chart(record, source.parent / "results.png")
+    print(source.parent / "RESULTS.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

@@ -1,0 +1,380 @@
+"""Run every case of a plan against one LocalCluster and collect the results.
+
+Each case runs in a fresh worker process (Python) or the Go peer's binary, on a fresh
+stream that is deleted afterwards, so no case inherits another's log or connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import os
+import secrets
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import machine, plan
+from bench.cluster import Streams, running_cluster
+from bench.measure import percentiles
+from bench.plan import Case
+from bench.settings import REPO_DIR, Settings
+
+# Python workers: (module, action) per client and section.
+_PY_ACTIONS: dict[tuple[str, str], tuple[str, str]] = {
+    ("publish", plan.OURS): ("ours", "publish"),
+    ("publish", plan.OURS_UVLOOP): ("ours", "publish"),
+    ("publish", plan.BARE): ("bare", "publish"),
+    ("publish", plan.BARE_UVLOOP): ("bare", "publish"),
+    ("publish", plan.RAW): ("bare", "raw"),
+    ("publish", plan.GUFO_UNARY): ("gufo", "unary"),
+    ("publish", plan.GUFO_BULK): ("gufo", "bulk"),
+    ("latency", plan.OURS): ("ours", "latency"),
+    ("latency", plan.BARE): ("bare", "latency"),
+    ("subscribe", plan.OURS): ("ours", "subscribe"),
+    ("subscribe", plan.GUFO_SUB): ("gufo", "subscribe"),
+    ("subscribe", plan.GRPC_SUB): ("bare", "subscribe"),
+    ("memory", plan.OURS): ("ours", "memory"),
+}
+_GO_MODES = {
+    plan.GO_ASYNC: "async",
+    plan.GO_SYNC: "sync",
+    plan.GO_SUB: "subscribe",
+}
+
+
+def publisher_window() -> int:
+    """Our Publisher's default ``max_inflight``, given to the Go peer's PublishAsync too."""
+    try:
+        from liftbridge_nats.publisher import Publisher
+    except ImportError:
+        return 0
+    default = inspect.signature(Publisher).parameters.get("max_inflight")
+    if default is None or not isinstance(default.default, int):
+        return 0
+    return int(default.default)
+
+
+def _log(line: str) -> None:
+    print(line, flush=True)
+
+
+def _fmt_result(case: Case, result: dict[str, Any]) -> str:
+    if "error" in result:
+        return f"FAILED: {result['error'].splitlines()[-1][:160] if result['error'] else '?'}"
+    if case.section == "latency":
+        return (
+            f"p50 {result['p50_ms']:.2f} ms  p99 {result['p99_ms']:.2f} ms  "
+            f"p99.9 {result['p999_ms']:.2f} ms  missing {result['errors']}"
+        )
+    text = (
+        f"{result.get('rate', 0):>11,.0f} msg/s  cpu {result.get('cpu_us_per_msg', 0):6.1f} us/msg"
+    )
+    if case.section == "memory":
+        text += f"  peak rss {result.get('max_rss_kib', 0) / 1024:.1f} MiB"
+        if "rss_delta_kib" in result:
+            text += f" (+{result['rss_delta_kib'] / 1024:.1f} MiB during the run)"
+    if result.get("errors"):
+        text += f"  errors {result['errors']}"
+    return text
+
+
+class Runner:
+    """Runs cases one by one; owns nothing but the cluster handles it is given."""
+
+    def __init__(
+        self, settings: Settings, nats_url: str, brokers: list[str], streams: Streams
+    ) -> None:
+        self.settings = settings
+        self.nats_url = nats_url
+        self.brokers = brokers
+        self.streams = streams
+        self.go_binary: Path | None = None
+        self.go_missing = ""
+        self.window = publisher_window()
+        self._filled: dict[int, str | Exception] = {}
+        self._tag = secrets.token_hex(3)
+
+    def _name(self, case: Case, index: int) -> str:
+        return f"bench-{self._tag}-{index}"
+
+    def _timeout(self, case: Case) -> float:
+        return 180.0 + case.count / 400
+
+    async def _python(self, case: Case, spec: dict[str, Any]) -> dict[str, Any]:
+        module, action = _PY_ACTIONS[(case.section, case.client)]
+        spec = {
+            **spec,
+            "module": module,
+            "action": action,
+            "uvloop": self.settings.uvloop or case.client.endswith("+uvloop"),
+        }
+        cmd = [sys.executable, "-m", "bench.worker", json.dumps(spec)]
+        return await self._exec(cmd, self._timeout(case))
+
+    async def _go(self, case: Case, spec: dict[str, Any]) -> dict[str, Any]:
+        if self.go_binary is None:
+            return {"error": self.go_missing or "Go peer not built"}
+        cmd = [
+            str(self.go_binary),
+            "-brokers", ",".join(self.brokers),
+            "-stream", spec["stream"],
+            "-count", str(spec["count"]),
+            "-warmup", str(spec.get("warmup", 0)),
+            "-size", str(case.size),
+            "-ack", case.ack.lower(),
+            "-mode", _GO_MODES[case.client],
+            "-partitions", str(case.topology.partitions),
+            "-window", str(self.window),
+            "-timeout", f"{int(self._timeout(case))}s",
+        ]  # fmt: skip
+        return await self._exec(cmd, self._timeout(case) + 10)
+
+    async def _exec(self, cmd: list[str], limit: float) -> dict[str, Any]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(REPO_DIR) + os.pathsep + env.get("PYTHONPATH", "")
+        proc = await asyncio.create_subprocess_exec(
+            *cmd,
+            cwd=REPO_DIR,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), limit)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            return {"error": f"timed out after {limit:.0f} s"}
+        lines = out.decode(errors="replace").strip().splitlines()
+        try:
+            result: dict[str, Any] = json.loads(lines[-1]) if lines else {}
+        except json.JSONDecodeError:
+            result = {}
+        if proc.returncode != 0 or not result or result.get("error"):
+            why = result.get("error") or err.decode(errors="replace").strip() or "no output"
+            return {"error": why[-2000:], "exit_status": proc.returncode}
+        return result
+
+    async def _fill(self, size: int) -> str:
+        """A stream whose partition 0 holds ``subscribe_count`` messages of ``size`` bytes."""
+        if size in self._filled:
+            filled = self._filled[size]
+            if isinstance(filled, Exception):
+                raise filled
+            return filled
+        try:
+            self._filled[size] = await self._fill_new(size)
+        except Exception as exc:  # every subscribe case of this size reports it
+            self._filled[size] = exc
+            raise
+        return self._filled[size]  # type: ignore[return-value]
+
+    async def _fill_new(self, size: int) -> str:
+        name = f"bench-{self._tag}-sub{size}"
+        await self.streams.create(name, 1, 1)
+        count = self.settings.subscribe_count
+        spec = {
+            "module": "bare",
+            "action": "publish",
+            "nats_url": self.nats_url,
+            "subject": name,
+            "partitions": 1,
+            "ack": "LEADER",
+            "size": size,
+            "count": count,
+            "warmup": 0,
+        }
+        result = await self._exec(
+            [sys.executable, "-m", "bench.worker", json.dumps(spec)], 180 + count / 400
+        )
+        if "error" in result:
+            raise RuntimeError(f"filling the subscribe stream failed: {result['error']}")
+        newest = await self.streams.newest_offset(name)
+        if newest != count - 1:
+            raise RuntimeError(f"subscribe stream holds {newest + 1} messages, wanted {count}")
+        _log(f"        filled {name}: {count:,} messages of {size} B")
+        return name
+
+    async def run_latency(self, cases: list[Case], index: int) -> dict[str, dict[str, Any]]:
+        """Run the clients of one latency configuration in alternating rounds, pooled.
+
+        Each round every client runs ``latency_seconds / latency_rounds`` seconds on its
+        own stream; percentiles are taken over all rounds' samples together.
+        """
+        rounds = max(1, self.settings.latency_rounds)
+        samples: dict[str, list[int]] = {c.id: [] for c in cases}
+        per_round: dict[str, list[dict[str, Any]]] = {c.id: [] for c in cases}
+        errors: dict[str, str] = {}
+        names = {c.id: f"{self._name(c, index)}-{i}" for i, c in enumerate(cases)}
+        try:
+            for c in cases:
+                await self.streams.create(names[c.id], 1, 1)
+            for r in range(rounds):
+                for c in cases if r % 2 == 0 else list(reversed(cases)):
+                    if c.id in errors:
+                        continue
+                    spec = {
+                        "nats_url": self.nats_url,
+                        "brokers": self.brokers,
+                        "stream": names[c.id],
+                        "subject": names[c.id],
+                        "size": c.size,
+                        "ack": c.ack,
+                        "partitions": 1,
+                        "rate": c.rate,
+                        "seconds": self.settings.latency_seconds / rounds,
+                        "warmup_seconds": self.settings.latency_warmup_seconds,
+                        "count": c.count // rounds,
+                    }
+                    result = await self._python(c, spec)
+                    if "error" in result:
+                        errors[c.id] = result["error"]
+                        continue
+                    samples[c.id].extend(result.pop("samples_us"))
+                    per_round[c.id].append(result)
+        except Exception as exc:  # setup failure: reported with the cases
+            for c in cases:
+                errors.setdefault(c.id, f"{exc.__class__.__name__}: {exc}")
+        finally:
+            for name in names.values():
+                await self.streams.delete(name)
+        out: dict[str, dict[str, Any]] = {}
+        for c in cases:
+            if c.id in errors:
+                out[c.id] = {"error": errors[c.id]}
+                continue
+            rounds_done = per_round[c.id]
+            out[c.id] = {
+                "count": sum(r["count"] for r in rounds_done),
+                "errors": sum(r["errors"] for r in rounds_done),
+                "offered_rate": c.rate,
+                "achieved_send_rate": min(r["achieved_send_rate"] for r in rounds_done),
+                "rounds": len(rounds_done),
+                "p99_ms_per_round": [round(r["p99_ms"], 3) for r in rounds_done],
+                **({"loop": rounds_done[0]["loop"]} if "loop" in rounds_done[0] else {}),
+                **percentiles([x / 1e6 for x in samples[c.id]]),
+            }
+        return out
+
+    async def run_case(self, case: Case, index: int) -> dict[str, Any]:
+        """Run one case; never raises for a failing client (the error is the result)."""
+        spec: dict[str, Any] = {
+            "nats_url": self.nats_url,
+            "brokers": self.brokers,
+            "size": case.size,
+            "ack": case.ack,
+            "partitions": case.topology.partitions,
+            "count": case.count,
+            "warmup": 0 if case.section == "subscribe" else self.settings.warmup,
+        }
+        created = ""
+        try:
+            if case.section == "subscribe":
+                spec["stream"] = spec["subject"] = await self._fill(case.size)
+                spec["leader"] = await self.streams.leader_address(spec["stream"])
+            elif case.client != plan.RAW:
+                created = self._name(case, index)
+                await self.streams.create(
+                    created, case.topology.partitions, case.topology.replication
+                )
+                spec["stream"] = spec["subject"] = created
+            if case.client in _GO_MODES:
+                return await self._go(case, spec)
+            return await self._python(case, spec)
+        except Exception as exc:  # a setup failure is reported with the case, not fatal
+            return {"error": f"{exc.__class__.__name__}: {exc}"}
+        finally:
+            if created:
+                await self.streams.delete(created)
+
+
+async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> dict[str, Any]:
+    """Start the cluster, run every case, return the whole record (meta + cases)."""
+    cases = plan.build(settings)
+    started = datetime.now(UTC)
+    load_before = machine.load_average()
+    _log(f"liftbridge-nats bench: {len(cases)} cases, {settings.nodes}-node cluster")
+    async with running_cluster(settings.nodes) as (cluster, streams):
+        from liftbridge_nats.testing import ensure_liftbridge, find_nats_server
+
+        info = machine.describe(str(ensure_liftbridge()), str(find_nats_server()))
+        runner = Runner(settings, cluster.nats_url, cluster.brokers, streams)
+        runner.go_binary, runner.go_missing = go_binary, go_missing
+        m = info["machine"]
+        _log(f"machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['os']}")
+        _log("versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()))
+        _log(
+            f"settings: count {settings.count:,} (+{settings.warmup:,} warm-up), sizes "
+            f"{', '.join(f'{s} B' for s in settings.sizes)}, policies {'/'.join(settings.policies)}, "
+            f"topologies {', '.join(t.label for t in settings.topologies)}, "
+            f"Go PublishAsync window {runner.window or 'unbounded'}, load {load_before}"
+        )
+        records: list[dict[str, Any]] = []
+        t_start = time.monotonic()
+        pooled: dict[str, dict[str, Any]] = {}
+        for index, case in enumerate(cases, 1):
+            t0 = time.monotonic()
+            if case.section == "latency":
+                if case.id not in pooled:
+                    partners = [
+                        c for c in cases if c.section == "latency" and c.config == case.config
+                    ]
+                    pooled.update(await runner.run_latency(partners, index))
+                result = pooled[case.id]
+            else:
+                result = await runner.run_case(case, index)
+            _log(
+                f"[{index:>3}/{len(cases)}] {case.section:<9} {case.config:<24} "
+                f"{case.client:<18} {_fmt_result(case, result)}  "
+                f"({time.monotonic() - t0:.1f} s, {time.monotonic() - t_start:.0f} s total)"
+            )
+            records.append(
+                {
+                    "id": case.id,
+                    "section": case.section,
+                    "client": case.client,
+                    "config": case.config,
+                    "size": case.size,
+                    "ack": case.ack,
+                    "partitions": case.topology.partitions,
+                    "replication": case.topology.replication,
+                    "rate": case.rate,
+                    "count": case.count,
+                    "result": result,
+                }
+            )
+    return {
+        "meta": {
+            "started": started.isoformat(timespec="seconds"),
+            "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+            "mode": "quick" if settings.quick else "full",
+            "command": " ".join([Path(sys.executable).name, "-m", "bench", *sys.argv[1:]]),
+            **info,
+            "load_before": load_before,
+            "load_after": machine.load_average(),
+            "settings": {
+                "nodes": settings.nodes,
+                "count": settings.count,
+                "warmup": settings.warmup,
+                "sizes": list(settings.sizes),
+                "policies": list(settings.policies),
+                "topologies": [t.label for t in settings.topologies],
+                "sequential_topologies": [t.label for t in settings.sequential_topologies],
+                "latency_rates": list(settings.latency_rates),
+                "latency_seconds": settings.latency_seconds,
+                "latency_rounds": settings.latency_rounds,
+                "subscribe_count": settings.subscribe_count,
+                "memory_count": settings.memory_count,
+                "uvloop": settings.uvloop,
+                "go_window": runner.window,
+            },
+            "peers_missing": {
+                **({"go-liftbridge": go_missing} if go_missing else {}),
+            },
+        },
+        "cases": records,
+    }

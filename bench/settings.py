@@ -1,0 +1,109 @@
+"""What one run measures: counts, payload sizes, topologies, offered loads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """Partitions and replication factor of the streams a publish case writes to."""
+
+    partitions: int
+    replication: int
+
+    @property
+    def label(self) -> str:
+        """Short name used in case ids and tables, e.g. ``p3-rf1``."""
+        return f"p{self.partitions}-rf{self.replication}"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything a run needs to know; ``full()`` and ``quick()`` are the two presets."""
+
+    quick: bool
+    nodes: int
+    sizes: tuple[int, ...]
+    count: int
+    warmup: int
+    policies: tuple[str, ...]
+    topologies: tuple[Topology, ...]
+    # Peers that publish one message at a time (gufo unary, go Publish) are slow; with the
+    # same count on every topology they would take most of the run, so they are measured
+    # (with the same count) on these topologies only.
+    sequential_topologies: tuple[Topology, ...]
+    latency_rates: tuple[int, ...]
+    latency_seconds: float
+    latency_warmup_seconds: float
+    # Latency runs alternate ours and bare in this many rounds (pooled afterwards), so
+    # that both see the same background noise on a shared machine.
+    latency_rounds: int
+    subscribe_count: int
+    memory_count: int
+    uvloop: bool
+    uvloop_compare: bool
+    go: bool
+    gufo: bool
+    out_dir: Path
+    case_filter: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def full(cls) -> Settings:
+        """The reference run behind the committed RESULTS.md (3-node cluster)."""
+        single = Topology(1, 1)
+        return cls(
+            quick=False,
+            nodes=3,
+            sizes=(100, 1024),
+            count=100_000,
+            warmup=5_000,
+            policies=("LEADER", "ALL"),
+            topologies=(single, Topology(3, 1), Topology(1, 3), Topology(3, 3)),
+            sequential_topologies=(single,),
+            latency_rates=(1_000, 10_000),
+            latency_seconds=10.0,
+            latency_warmup_seconds=0.5,
+            latency_rounds=5,
+            subscribe_count=200_000,
+            memory_count=1_000_000,
+            uvloop=False,
+            uvloop_compare=True,
+            go=True,
+            gufo=True,
+            out_dir=BENCH_DIR,
+        )
+
+    @classmethod
+    def quick_preset(cls, out_dir: Path) -> Settings:
+        """Small counts on one node: proves every case runs, says nothing about speed."""
+        single = Topology(1, 1)
+        return cls(
+            quick=True,
+            nodes=1,
+            sizes=(100,),
+            count=2_000,
+            warmup=200,
+            policies=("LEADER",),
+            topologies=(single,),
+            sequential_topologies=(single,),
+            latency_rates=(1_000,),
+            latency_seconds=1.0,
+            latency_warmup_seconds=0.2,
+            latency_rounds=1,
+            subscribe_count=2_000,
+            memory_count=0,
+            uvloop=False,
+            uvloop_compare=True,
+            go=True,
+            gufo=True,
+            out_dir=out_dir,
+        )
+
+    def with_(self, **changes: object) -> Settings:
+        """A copy with some fields changed (command-line overrides)."""
+        return replace(self, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,45 @@
+"""Run one benchmark case in this process and print its result as one JSON line.
+
+Usage (the runner does this): ``python -m bench.worker '<json spec>'``. The spec names
+the client module under ``bench.clients`` and the action (``publish``, ``latency``,
+``subscribe``, ``raw``...). The last line of stdout is the result; errors go to stderr
+and a non-zero exit status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+
+def _run(main: Coroutine[Any, Any, dict[str, Any]], use_uvloop: bool) -> dict[str, Any]:
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    if use_uvloop:
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(main)
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of a worker process."""
+    if len(argv) != 2:
+        print("usage: python -m bench.worker '<json spec>'", file=sys.stderr)
+        return 2
+    spec: dict[str, Any] = json.loads(argv[1])
+    module = importlib.import_module(f"bench.clients.{spec['module']}")
+    action = getattr(module, spec["action"])
+    result = _run(action(spec), bool(spec.get("uvloop")))
+    if spec.get("uvloop"):
+        result["loop"] = "uvloop"
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

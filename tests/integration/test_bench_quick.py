@@ -1,0 +1,70 @@
+"""The benchmark suite's quick mode runs end to end (issue #8).
+
+It proves that every case of the quick plan runs against real servers and yields a
+figure; it asserts nothing about speed. The suite starts its own LocalCluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+# bench/ is a top-level package of the repository, not part of the installed SDK.
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench import plan  # noqa: E402
+from bench.cli import _parser, settings_from  # noqa: E402
+
+ARGS = ["--quick", "--count", "300", "--warmup", "50", "--subscribe-count", "300",
+        "--latency-seconds", "0.5"]  # fmt: skip
+
+pytestmark = pytest.mark.slow
+
+
+def test_quick_mode_produces_every_case(tmp_path: Path) -> None:
+    out = tmp_path / "quick"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", *ARGS, "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    record = json.loads((out / "results.json").read_text())
+    assert (out / "RESULTS.md").read_text().startswith("# liftbridge-nats benchmark results")
+    assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # Every peer is part of quick mode: a missing one is a failure, not a skip.
+    assert record["meta"]["peers_missing"] == {}
+    expected = {
+        case.id
+        for case in plan.build(settings_from(_parser().parse_args([*ARGS, "--out", str(out)])))
+    }
+    got = {case["id"]: case["result"] for case in record["cases"]}
+    assert set(got) == expected
+    clients = {case["client"] for case in record["cases"]}
+    for client in (plan.OURS, plan.BARE, plan.RAW, plan.GUFO_BULK, plan.GUFO_UNARY,
+                   plan.GO_ASYNC, plan.GO_SYNC, plan.GO_SUB, plan.GUFO_SUB, plan.GRPC_SUB, plan.OURS_UVLOOP):  # fmt: skip
+        assert client in clients
+    for case_id, result in got.items():
+        assert "error" not in result, f"{case_id}: {result.get('error')}"
+        assert result["errors"] == 0, case_id
+        if "p99_ms" in result:
+            assert 0 < result["p50_ms"] <= result["p99_ms"] <= result["p999_ms"], case_id
+        else:
+            assert result["rate"] > 0 and result["count"] > 0, case_id
+            assert result["cpu_us_per_msg"] > 0, case_id
+    assert "[" in proc.stdout and "/" in proc.stdout  # one progress line per case
+    assert record["meta"]["versions"]["go-liftbridge"] == "v2.3.0"
