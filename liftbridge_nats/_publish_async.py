@@ -31,7 +31,7 @@ from .errors import (
     RpcTimeoutError,
 )
 from .messages import Ack
-from .wire import decode_ack_payload
+from .wire import ack_from_proto
 
 if TYPE_CHECKING:
     from ._router import Router
@@ -39,11 +39,6 @@ if TYPE_CHECKING:
 __all__ = ["AsyncPublisher", "ack_from_proto", "publish_error"]
 
 PublishCall = grpc.aio.StreamStreamCall[api_pb2.PublishRequest, api_pb2.PublishResponse]
-
-
-def ack_from_proto(pb: api_pb2.Ack) -> Ack:
-    """Convert a protobuf ``Ack`` into the public record."""
-    return decode_ack_payload(pb.SerializeToString())
 
 
 def publish_error(exc: LiftbridgeError) -> LiftbridgeError:

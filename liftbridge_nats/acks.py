@@ -44,71 +44,21 @@ from .errors import (
     PublishRejectedError,
     RetriedIncorrectOffsetError,
 )
-from .messages import Ack, AckError, AckPolicy
+from .messages import AckError
+from .wire import ack_from_proto
 
 __all__ = [
     "AckListener",
     "AckStats",
     "ack_error_exception",
-    "ack_from_proto",
     "no_responders_exception",
 ]
 
 # The server sends acks without a CRC, so nearly every ack starts with these 8 bytes.
 _PLAIN_ACK_HEADER = header(MsgType.ACK)
 _HEADER_LEN = len(_PLAIN_ACK_HEADER)
-_POLICIES = tuple(AckPolicy)
-_ERRORS = tuple(AckError)
 _PbAck = api_pb2.Ack
 _FRESH_PB_EVERY = 4095  # a mask: a fresh protobuf Ack every 4096 parses
-
-# Ack is a frozen dataclass with slots. Filling its slots through their descriptors
-# skips the frozen __setattr__ guard the generated __init__ goes through field by field;
-# the result is an ordinary, equal, immutable Ack (the unit tests compare it with
-# wire.decode_ack), built in a fraction of the time on the hot path.
-_new_ack = object.__new__
-(
-    _set_stream,
-    _set_partition_subject,
-    _set_message_subject,
-    _set_offset,
-    _set_ack_inbox,
-    _set_correlation_id,
-    _set_ack_policy,
-    _set_reception_timestamp,
-    _set_commit_timestamp,
-    _set_error,
-) = (getattr(Ack, name).__set__ for name in Ack.__slots__)
-assert Ack.__slots__ == (
-    "stream",
-    "partition_subject",
-    "message_subject",
-    "offset",
-    "ack_inbox",
-    "correlation_id",
-    "ack_policy",
-    "reception_timestamp",
-    "commit_timestamp",
-    "error",
-), "messages.Ack changed its fields: update acks.ack_from_proto"
-
-
-def ack_from_proto(pb: api_pb2.Ack) -> Ack:
-    """Build the public :class:`Ack` from a parsed protobuf ack."""
-    policy = pb.ackPolicy
-    error = pb.ackError
-    ack: Ack = _new_ack(Ack)
-    _set_stream(ack, pb.stream)
-    _set_partition_subject(ack, pb.partitionSubject)
-    _set_message_subject(ack, pb.msgSubject)
-    _set_offset(ack, pb.offset)
-    _set_ack_inbox(ack, pb.ackInbox)
-    _set_correlation_id(ack, pb.correlationId)
-    _set_ack_policy(ack, _POLICIES[policy] if policy < len(_POLICIES) else AckPolicy.LEADER)
-    _set_reception_timestamp(ack, pb.receptionTimestamp)
-    _set_commit_timestamp(ack, pb.commitTimestamp)
-    _set_error(ack, _ERRORS[error] if error < len(_ERRORS) else AckError.UNKNOWN)
-    return ack
 
 
 def ack_error_exception(

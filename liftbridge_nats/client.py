@@ -34,13 +34,14 @@ from ._args import (
 )
 from ._grpc import TLSConfig, parse_brokers
 from ._proto import api_pb2
-from ._publish_async import AsyncPublisher, ack_from_proto, publish_error
+from ._publish_async import AsyncPublisher, publish_error
 from ._router import Router
 from .activity import ActivityStream
 from .errors import InvalidArgumentError, LiftbridgeError, NoSuchStreamError
 from .messages import Ack, AckPolicy, StartPosition, StopPosition
 from .metadata import Metadata, PartitionInfo, StreamInfo, partition_from_proto
 from .subscription import Subscription, TimeSpec, subscription_options
+from .wire import ack_from_proto
 
 if TYPE_CHECKING:
     import asyncio

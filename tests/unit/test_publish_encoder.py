@@ -11,10 +11,9 @@ from hypothesis import strategies as st
 
 from liftbridge_nats._encoder import PublishEncoder
 from liftbridge_nats._proto import api_pb2
-from liftbridge_nats.acks import ack_from_proto
 from liftbridge_nats.envelope import MsgType, decode, encode
 from liftbridge_nats.messages import Ack, AckError, AckPolicy
-from liftbridge_nats.wire import decode_ack, decode_publish, encode_publish
+from liftbridge_nats.wire import ack_from_proto, decode_ack, decode_publish, encode_publish
 
 INBOX = "_INBOX.abcdefghijklmnopqrstuv.ack"
 
