@@ -75,12 +75,14 @@ class PublishEncoder:
                 value, correlation_id, key, headers, ack_policy, expected_offset
             )
         else:
+            size = len(value)
+            cid_size = len(correlation_id)
             body = _COMMON_BODY % (
                 self._plain_prefix,
-                _length(len(value)),
+                _SMALL_VARINTS[size] if size < 128 else varint(size),
                 value,
                 self._inbox_field,
-                _length(len(correlation_id)),
+                _SMALL_VARINTS[cid_size] if cid_size < 128 else varint(cid_size),
                 correlation_id,
                 self._policy_fields[ack_policy],
             )

@@ -31,6 +31,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from ._directacks import DirectAcks
 from ._inflight import ATTEMPT, FUTURE, SUBJECT, Flight, InflightLedger
 from ._proto import api_pb2
 from .envelope import MsgType, decode, header
@@ -151,6 +152,10 @@ class AckListener:
     :meth:`reply_subject` the NATS reply subject that makes NATS report a message nobody
     received. ``on_no_responders(flight)`` receives such a message's flight (already
     out of the ledger); without it the flight fails with :class:`NoRespondersError`.
+
+    ``direct``: acks go from nats-py's parser straight to :meth:`handle`, skipping the
+    subscription's message objects, queue and task (see :mod:`._directacks`); status
+    messages still come through the subscription.
     """
 
     def __init__(
@@ -160,8 +165,11 @@ class AckListener:
         *,
         inbox_prefix: str | None = None,
         on_no_responders: Callable[[Flight], None] | None = None,
+        direct: bool = True,
     ) -> None:
         self._nc = nc
+        self._direct = direct
+        self._direct_acks = DirectAcks(nc)
         self._ledger = ledger
         self._prefix: str = inbox_prefix or nc.new_inbox()
         self._reply_prefix = self._prefix + "."
@@ -188,6 +196,11 @@ class AckListener:
     def reply_prefix(self) -> str:
         """``reply_prefix + correlation_id`` is a message's NATS reply subject."""
         return self._reply_prefix
+
+    @property
+    def direct(self) -> bool:
+        """True while acks bypass the subscription's queue (see ``direct``)."""
+        return self._direct_acks.attached
 
     @property
     def stats(self) -> AckStats:
@@ -224,6 +237,8 @@ class AckListener:
             with contextlib.suppress(Exception):
                 self._sub = await subscribing
             raise
+        if self._direct:
+            self._direct_acks.attach(getattr(self._sub, "_id", None), self.handle)  # type: ignore[arg-type]
         # Make sure the server knows the subscription before any message can be acked.
         # Shielded: cancelling nc.flush() leaves a cancelled future in nats-py's PONG
         # queue, and nats-py 2.x then fails in its read loop when the PONG arrives.
@@ -236,6 +251,7 @@ class AckListener:
         sub, self._sub = self._sub, None
         if sub is None:
             return
+        self._direct_acks.detach()
         # A closed or draining connection already dropped the subscription; the call
         # still stops its delivery task.
         with contextlib.suppress(Exception):
@@ -253,11 +269,7 @@ class AckListener:
         if headers is not None and _STATUS in headers:
             self.handle_status(msg.subject, headers[_STATUS])
             return
-        data = msg.data
-        if data.startswith(_PLAIN_ACK_HEADER):  # nearly every message: skip decode()
-            self._settle(data[_HEADER_LEN:])
-        else:
-            self.handle(data)
+        self.handle(msg.data)
 
     def handle_status(self, subject: str, status: str) -> None:
         """Process a NATS status message that arrived on ``subject``."""
@@ -273,23 +285,20 @@ class AckListener:
             self._on_no_responders(flight)
 
     def handle(self, data: bytes) -> None:
-        """Process the bytes of one message that arrived on the inbox."""
-        if data.startswith(_PLAIN_ACK_HEADER):
-            payload: bytes | memoryview = memoryview(data)[_HEADER_LEN:]
-        else:
-            try:
-                env = decode(data)
-            except EnvelopeError:
-                self._malformed += 1
-                return
-            if env.msg_type is not MsgType.ACK:
-                self._foreign += 1
-                return
-            payload = env.payload
-        self._settle(payload)
+        """Process the bytes of one message that arrived on the inbox.
 
-    def _settle(self, payload: bytes | memoryview) -> None:
-        """Parse an Ack payload and settle the in-flight message it acknowledges."""
+        This runs once per acked message, straight from nats-py's parser (see
+        ``direct``), so the common case (a CRC-less ack that settles a flight) is
+        written out in one function.
+        """
+        if data.startswith(_PLAIN_ACK_HEADER):
+            # A bytes slice: upb parses bytes faster than a memoryview of them.
+            payload: bytes | memoryview = data[_HEADER_LEN:]
+        else:
+            unwrapped = self._unwrap(data)
+            if unwrapped is None:
+                return
+            payload = unwrapped
         self._parses += 1
         if not self._parses & _FRESH_PB_EVERY:
             # upb never shrinks a message's arena: a protobuf message parsed into again
@@ -301,7 +310,8 @@ class AckListener:
         except DecodeError:
             self._malformed += 1
             return
-        flight = self._ledger.settle(pb.correlationId)
+        cid = pb.correlationId
+        flight = self._ledger.settle(cid)
         if flight is None:
             self._unmatched += 1
             return
@@ -312,7 +322,21 @@ class AckListener:
             self._settle_error(future, pb, flight)
         else:
             self._matched += 1
-            future.set_result(ack_from_proto(pb))
+            # The ack came to our inbox for this correlation id: both are known.
+            future.set_result(ack_from_proto(pb, correlation_id=cid, ack_inbox=self._inbox))
+
+    def _unwrap(self, data: bytes) -> memoryview | None:
+        """The Ack payload of an envelope with a CRC or an unusual header; None (and
+        counted) for anything else."""
+        try:
+            env = decode(data)
+        except EnvelopeError:
+            self._malformed += 1
+            return None
+        if env.msg_type is not MsgType.ACK:
+            self._foreign += 1
+            return None
+        return env.payload
 
     def _settle_error(self, future: Any, pb: api_pb2.Ack, flight: Flight) -> None:
         self._matched += 1

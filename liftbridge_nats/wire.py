@@ -104,6 +104,8 @@ def _parse(message: api_pb2.Ack | api_pb2.Message, payload: bytes | memoryview, 
 
 _POLICIES = tuple(AckPolicy)
 _ERRORS = tuple(AckError)
+_POLICY_COUNT = len(_POLICIES)
+_ERROR_COUNT = len(_ERRORS)
 
 # Ack is a frozen dataclass with slots. Filling its slots through their descriptors
 # skips the frozen __setattr__ guard the generated __init__ goes through field by field;
@@ -136,11 +138,15 @@ assert Ack.__slots__ == (
 ), "messages.Ack changed its fields: update wire.ack_from_proto"
 
 
-def ack_from_proto(pb: api_pb2.Ack) -> Ack:
+def ack_from_proto(
+    pb: api_pb2.Ack, *, correlation_id: str | None = None, ack_inbox: str | None = None
+) -> Ack:
     """Build the public :class:`Ack` from a parsed protobuf ack.
 
     Lenient about enum values from a newer server (unknown policy reads as LEADER,
     unknown error as UNKNOWN); :func:`decode_ack_payload` is the strict decoder.
+    ``correlation_id`` and ``ack_inbox``: values the caller already holds (equal to the
+    protobuf's), which spares reading them again on the publisher's hot path.
     """
     policy = pb.ackPolicy
     error = pb.ackError
@@ -149,12 +155,12 @@ def ack_from_proto(pb: api_pb2.Ack) -> Ack:
     _set_partition_subject(ack, pb.partitionSubject)
     _set_message_subject(ack, pb.msgSubject)
     _set_offset(ack, pb.offset)
-    _set_ack_inbox(ack, pb.ackInbox)
-    _set_correlation_id(ack, pb.correlationId)
-    _set_ack_policy(ack, _POLICIES[policy] if policy < len(_POLICIES) else AckPolicy.LEADER)
+    _set_ack_inbox(ack, pb.ackInbox if ack_inbox is None else ack_inbox)
+    _set_correlation_id(ack, pb.correlationId if correlation_id is None else correlation_id)
+    _set_ack_policy(ack, _POLICIES[policy] if 0 <= policy < _POLICY_COUNT else AckPolicy.LEADER)
     _set_reception_timestamp(ack, pb.receptionTimestamp)
     _set_commit_timestamp(ack, pb.commitTimestamp)
-    _set_error(ack, _ERRORS[error] if error < len(_ERRORS) else AckError.UNKNOWN)
+    _set_error(ack, _ERRORS[error] if 0 <= error < _ERROR_COUNT else AckError.UNKNOWN)
     return ack
 
 
@@ -163,7 +169,7 @@ def decode_ack_payload(payload: bytes | memoryview) -> Ack:
     raise :class:`EnvelopeError`."""
     pb = api_pb2.Ack()
     _parse(pb, payload, "Ack")
-    if pb.ackPolicy >= len(_POLICIES) or pb.ackError >= len(_ERRORS):
+    if not (0 <= pb.ackPolicy < _POLICY_COUNT and 0 <= pb.ackError < _ERROR_COUNT):
         raise EnvelopeError(
             f"Ack carries an unknown enum value: ackPolicy={pb.ackPolicy}, ackError={pb.ackError}"
         )

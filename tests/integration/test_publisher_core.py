@@ -20,20 +20,21 @@ from liftbridge_nats.errors import (
     NoRespondersError,
     PublisherClosedError,
 )
-from liftbridge_nats.messages import Ack, AckPolicy
+from liftbridge_nats.messages import Ack, AckError, AckPolicy
 from liftbridge_nats.publisher import Publisher, PublishRecord
 
 
-@pytest.mark.parametrize("direct_writes", [True, False], ids=["direct", "nc.publish"])
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "nats-py-public-api"])
 async def test_policies_offsets_match_storage(
-    liftbridge_cluster: Any, nats_client: Any, unique_name: Any, direct_writes: bool
+    liftbridge_cluster: Any, nats_client: Any, unique_name: Any, direct: bool
 ) -> None:
     name = unique_name("pol")
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name)
-        async with Publisher(nats_client, direct_writes=direct_writes) as pub:
-            # The fast path must really be in use with the pinned nats-py (not silently off).
-            assert pub._writer is not None and pub._writer.enabled is direct_writes
+        async with Publisher(nats_client, direct_writes=direct, direct_acks=direct) as pub:
+            # The fast paths must really be in use with the pinned nats-py (not silently off).
+            assert pub._writer is not None and pub._writer.enabled is direct
+            assert pub._listener is not None and pub._listener.direct is direct
             acked: dict[int, bytes] = {}
             none_values = []
             for i in range(30):
@@ -49,6 +50,7 @@ async def test_policies_offsets_match_storage(
                 assert ack.message_subject == name
                 assert ack.ack_policy is policy
                 assert ack.ack_inbox == pub.ack_inbox
+                assert ack.correlation_id and ack.error is AckError.OK
                 assert ack.commit_timestamp >= ack.reception_timestamp > 0
                 acked[ack.offset] = value
             offsets = list(acked)

@@ -136,6 +136,19 @@ def test_decode_ack_refuses_other_types_and_bad_payloads() -> None:
         wire.decode_ack(envelope.encode(MsgType.ACK, b"\xff\xff\xff"))
     with pytest.raises(EnvelopeError, match="unknown enum"):
         wire.decode_ack(envelope.encode(MsgType.ACK, b"\x50\x09"))  # ackError = 9
+    # Negative enum values (found by hypothesis): refused, not an IndexError.
+    with pytest.raises(EnvelopeError, match="unknown enum"):
+        wire.decode_ack(envelope.encode(MsgType.ACK, b"P\x80\x80\x80\x80\x08"))
+    with pytest.raises(EnvelopeError, match="unknown enum"):
+        wire.decode_ack(envelope.encode(MsgType.ACK, b"8\xff\xff\xff\xff\x0f"))
+
+
+def test_lenient_ack_builder_maps_unknown_enums() -> None:
+    pb = api_pb2.Ack()
+    pb.ParseFromString(b"P\x80\x80\x80\x80\x08" + b"8\xff\xff\xff\xff\x0f")
+    assert pb.ackError < 0 and pb.ackPolicy < 0
+    ack = wire.ack_from_proto(pb)
+    assert ack.error is AckError.UNKNOWN and ack.ack_policy is AckPolicy.LEADER
 
 
 @settings(max_examples=3000)
