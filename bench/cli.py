@@ -41,6 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--latency-rounds", type=int, help="alternating ours/bare rounds per offered load"
     )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        help="alternating rounds per publish/subscribe configuration (median reported)",
+    )
     p.add_argument("--nodes", type=int, help="Liftbridge nodes (RF 3 cases need 3)")
     p.add_argument("--uvloop", action="store_true", help="run every Python client on uvloop")
     p.add_argument("--no-go", action="store_true", help="skip the go-liftbridge peer")
@@ -85,6 +90,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         changes["latency_seconds"] = args.latency_seconds
     if args.latency_rounds is not None:
         changes["latency_rounds"] = args.latency_rounds
+    if args.rounds is not None:
+        changes["rounds"] = max(1, args.rounds)
     if args.nodes is not None:
         changes["nodes"] = args.nodes
     if args.uvloop:

@@ -198,7 +198,10 @@ def _machine_section(meta: Record) -> list[str]:
         f"publish case after {s['warmup']:,} warm-up messages, sizes "
         f"{', '.join(_size(x) for x in s['sizes'])}; one-at-a-time peers (gufo `publish`, "
         f"go `Publish`) on {', '.join(s['sequential_topologies'])} only; latency "
-        f"{s['latency_seconds']:.0f} s per load and client in {s.get('latency_rounds', 1)} alternating rounds; subscribe reads {s['subscribe_count']:,} "
+        f"{s['latency_seconds']:.0f} s per load and client in {s.get('latency_rounds', 1)} "
+        f"alternating rounds; publish and subscribe cases in {s.get('rounds', 1)} alternating "
+        "round(s) per configuration, the round with the median rate reported; subscribe reads "
+        f"{s['subscribe_count']:,} "
         f"messages; memory case {s['memory_count']:,} publishes; Go PublishAsync window "
         f"{s['go_window'] or 'unbounded'} (our Publisher's default max_inflight)"
         + ("; every Python client on uvloop" if s.get("uvloop") else "")
@@ -426,7 +429,9 @@ def _method() -> list[str]:
         "How it is measured:",
         "",
         "- Every case runs in a fresh process (a worker) on a fresh stream that is deleted "
-        "afterwards; all clients of one configuration run back to back. CPU is the worker "
+        "afterwards; all clients of one configuration run back to back, in alternating "
+        "rounds (A B C, then C B A, ...); each client's round with the median rate is the one "
+        "reported, and results.json keeps every round's rate. CPU is the worker "
         "process's CPU time (all threads) over the timed section divided by the messages; "
         "peak memory is the process's VmHWM.",
         "- Each publish case first sends the warm-up messages (connections, stream, "

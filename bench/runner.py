@@ -79,6 +79,8 @@ def _fmt_result(case: Case, result: dict[str, Any]) -> str:
             text += f" (+{result['rss_delta_kib'] / 1024:.1f} MiB during the run)"
     if result.get("errors"):
         text += f"  errors {result['errors']}"
+    if len(result.get("rates_per_round", [])) > 1:
+        text += "  rounds " + "/".join(f"{r / 1000:.0f}k" for r in result["rates_per_round"])
     return text
 
 
@@ -97,9 +99,11 @@ class Runner:
         self.window = publisher_window()
         self._filled: dict[int, str | Exception] = {}
         self._tag = secrets.token_hex(3)
+        self._serial = 0
 
     def _name(self, case: Case, index: int) -> str:
-        return f"bench-{self._tag}-{index}"
+        self._serial += 1
+        return f"bench-{self._tag}-{index}-{self._serial}"
 
     def _timeout(self, case: Case) -> float:
         return 180.0 + case.count / 400
@@ -260,6 +264,37 @@ class Runner:
             }
         return out
 
+    async def run_rounds(self, cases: list[Case], index: int) -> dict[str, dict[str, Any]]:
+        """Run the clients of one configuration in alternating rounds; report the median.
+
+        Each round runs every client once (a fresh stream each time), in the opposite
+        order of the round before. A client's reported result is its round with the
+        median rate; every round's rate is kept under ``rates_per_round``.
+        """
+        rounds = max(1, self.settings.rounds)
+        runs: dict[str, list[dict[str, Any]]] = {c.id: [] for c in cases}
+        for r in range(rounds):
+            for c in cases if r % 2 == 0 else list(reversed(cases)):
+                runs[c.id].append(await self.run_case(c, index))
+        out: dict[str, dict[str, Any]] = {}
+        for c in cases:
+            done = [x for x in runs[c.id] if "error" not in x]
+            if not done:
+                out[c.id] = runs[c.id][0]
+                continue
+            by_rate = sorted(done, key=lambda x: float(x.get("rate", 0.0)))
+            median = dict(by_rate[len(by_rate) // 2])
+            if rounds > 1:
+                median["rounds"] = len(done)
+                median["rates_per_round"] = [round(float(x.get("rate", 0.0))) for x in done]
+                median["cpu_us_per_msg_per_round"] = [
+                    round(float(x.get("cpu_us_per_msg", 0.0)), 2) for x in done
+                ]
+            if len(done) < len(runs[c.id]):
+                median["failed_rounds"] = len(runs[c.id]) - len(done)
+            out[c.id] = median
+        return out
+
     async def run_case(self, case: Case, index: int) -> dict[str, Any]:
         """Run one case; never raises for a failing client (the error is the result)."""
         spec: dict[str, Any] = {
@@ -325,6 +360,13 @@ async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> di
                     ]
                     pooled.update(await runner.run_latency(partners, index))
                 result = pooled[case.id]
+            elif case.section in ("publish", "subscribe"):
+                if case.id not in pooled:
+                    partners = [
+                        c for c in cases if c.section == case.section and c.config == case.config
+                    ]
+                    pooled.update(await runner.run_rounds(partners, index))
+                result = pooled[case.id]
             else:
                 result = await runner.run_case(case, index)
             _log(
@@ -367,6 +409,7 @@ async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> di
                 "latency_rates": list(settings.latency_rates),
                 "latency_seconds": settings.latency_seconds,
                 "latency_rounds": settings.latency_rounds,
+                "rounds": settings.rounds,
                 "subscribe_count": settings.subscribe_count,
                 "memory_count": settings.memory_count,
                 "uvloop": settings.uvloop,

@@ -43,6 +43,11 @@ class Settings:
     # Latency runs alternate ours and bare in this many rounds (pooled afterwards), so
     # that both see the same background noise on a shared machine.
     latency_rounds: int
+    # Publish and subscribe cases run the clients of one configuration in this many
+    # alternating rounds; the round with the median rate is reported (all rates are kept
+    # in results.json). One run of a case swings by tens of percent on a shared 2-core
+    # machine; the median of alternating rounds compares clients under the same noise.
+    rounds: int
     subscribe_count: int
     memory_count: int
     uvloop: bool
@@ -69,6 +74,7 @@ class Settings:
             latency_seconds=10.0,
             latency_warmup_seconds=0.5,
             latency_rounds=5,
+            rounds=3,
             subscribe_count=200_000,
             memory_count=1_000_000,
             uvloop=False,
@@ -95,6 +101,7 @@ class Settings:
             latency_seconds=1.0,
             latency_warmup_seconds=0.2,
             latency_rounds=1,
+            rounds=1,
             subscribe_count=2_000,
             memory_count=0,
             uvloop=False,

@@ -75,20 +75,29 @@ class PublishEncoder:
                 value, correlation_id, key, headers, ack_policy, expected_offset
             )
         else:
-            size = len(value)
-            cid_size = len(correlation_id)
-            body = _COMMON_BODY % (
-                self._plain_prefix,
-                _SMALL_VARINTS[size] if size < 128 else varint(size),
-                value,
-                self._inbox_field,
-                _SMALL_VARINTS[cid_size] if cid_size < 128 else varint(cid_size),
-                correlation_id,
-                self._policy_fields[ack_policy],
-            )
+            body = self._common_body(value, correlation_id, ack_policy)
         if self._crc:
             return header(MsgType.PUBLISH, body, crc=True) + body
         return body
+
+    def encode_plain(self, value: bytes, correlation_id: bytes, ack_policy: AckPolicy) -> bytes:
+        """:meth:`encode` for a message with a value, a correlation id and nothing else."""
+        if self._crc or not value or not correlation_id:
+            return self.encode(value, correlation_id, ack_policy=ack_policy)
+        return self._common_body(value, correlation_id, ack_policy)
+
+    def _common_body(self, value: bytes, correlation_id: bytes, ack_policy: AckPolicy) -> bytes:
+        size = len(value)
+        cid_size = len(correlation_id)
+        return _COMMON_BODY % (
+            self._plain_prefix,
+            _SMALL_VARINTS[size] if size < 128 else varint(size),
+            value,
+            self._inbox_field,
+            _SMALL_VARINTS[cid_size] if cid_size < 128 else varint(cid_size),
+            correlation_id,
+            self._policy_fields[ack_policy],
+        )
 
     def _general_body(
         self,

@@ -246,6 +246,8 @@ class Publisher:
         self._encoder: PublishEncoder | None = None
         # Bound methods looked up once for the hot path (set by start()).
         self._encode: Callable[..., bytes] = _not_started
+        self._encode_plain: Callable[[bytes, bytes, AckPolicy], bytes] = _not_started
+        self._ledger_add: Callable[[Flight, bool], None] = _not_started
         self._writer: NatsWriter | None = None
         self._writer_write: Callable[[str, str, bytes], bool] = _not_started
         self._create_future: Callable[[], AckFuture] = _not_started
@@ -288,6 +290,8 @@ class Publisher:
         )
         self._encoder = PublishEncoder(self._listener.inbox, crc=self._crc)
         self._encode = self._encoder.encode
+        self._encode_plain = self._encoder.encode_plain
+        self._ledger_add = self._ledger.add
         self._writer = NatsWriter(self._nc, loop, enabled=self._direct_writes)
         self._writer_write = self._writer.write
         self._create_future = loop.create_future
@@ -464,8 +468,9 @@ class Publisher:
     ) -> AckFuture:
         """Publish one message and return the future of its ack at once.
 
-        The call awaits only for backpressure (``max_inflight`` messages already wait
-        for their ack) or while NATS is disconnected and the reconnect buffer is full.
+        The call awaits for backpressure (``max_inflight`` messages already wait for
+        their ack), while NATS is disconnected and the reconnect buffer is full, and
+        once every 512 messages to let the event loop run (nats-py writes and reads).
         The future gives what :meth:`publish` would return or raise. Arguments are
         checked before anything is sent (:class:`InvalidArgumentError`,
         :class:`MessageTooLargeError`).
@@ -478,9 +483,18 @@ class Publisher:
             await asyncio.sleep(0)
             if ledger.must_wait():
                 await self._wait_for_room()
-        flight = self._prepare(
-            subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
-        )
+        if (
+            key is None
+            and headers is None
+            and correlation_id is None
+            and expected_offset is None
+            and timeout is None
+        ):
+            flight = self._prepare_plain(subject, value, ack_policy)
+        else:
+            flight = self._prepare(
+                subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
+            )
         if self._outbox or not self._writer_write(subject, flight[REPLY], flight[DATA]):
             await self._send(flight)
         self._published += 1
@@ -529,6 +543,8 @@ class Publisher:
                         item.expected_offset,
                         timeout,
                     )
+                elif timeout is None:
+                    flight = self._prepare_plain(subject, item, ack_policy)
                 else:
                     flight = prepare(subject, item, None, None, ack_policy, None, None, timeout)
                 if self._outbox or not write(subject, flight[REPLY], flight[DATA]):
@@ -611,6 +627,37 @@ class Publisher:
         assert self._ledger is not None
         await self._ledger.wait_for_room()
         self._check_open()
+
+    def _prepare_plain(self, subject: str, value: bytes, ack_policy: AckPolicy) -> Flight:
+        """:meth:`_prepare` for the common message: no key, headers, correlation id,
+        expected offset or timeout of its own (anything unusual goes to _prepare)."""
+        if self._state != _OPEN:
+            self._check_open()
+        if (
+            type(value) is not bytes
+            or type(ack_policy) is not AckPolicy
+            or ack_policy is _NO_ACK
+            or subject not in self._valid_subjects
+        ):
+            return self._prepare(subject, value, None, None, ack_policy, None, None, None)
+        cid = self._cid_prefix + str(next(self._cid_counter))
+        data = self._encode_plain(value, cid.encode(), ack_policy)
+        if len(data) > self._nc.max_payload:
+            raise too_large_error(subject, cid, len(data), self._nc.max_payload)
+        now = self._time()
+        deadline = now + self._ack_timeout
+        flight: Flight = (
+            self._create_future(),
+            cid,
+            subject,
+            data,
+            deadline,
+            self._reply_prefix + cid if self._reply_prefix else "",
+            now + self._retry_deadline if self._retry else deadline,
+            0,
+        )
+        self._ledger_add(flight, True)
+        return flight
 
     def _prepare(
         self,

@@ -149,3 +149,12 @@ def test_fast_ack_maps_unknown_enum_values() -> None:
     ack = ack_from_proto(pb)
     assert ack.error is AckError.UNKNOWN
     assert ack.ack_policy is AckPolicy.LEADER
+
+
+@pytest.mark.parametrize("crc", [False, True])
+@pytest.mark.parametrize("policy", list(AckPolicy))
+@pytest.mark.parametrize("value", [b"", b"v", b"x" * 127, b"z" * 128, b"w" * 70_000])
+@pytest.mark.parametrize("cid", [b"", b"c-1", b"c" * 200])
+def test_encode_plain_equals_encode(value: bytes, cid: bytes, policy: AckPolicy, crc: bool) -> None:
+    encoder = PublishEncoder(INBOX, crc=crc)
+    assert encoder.encode_plain(value, cid, policy) == encoder.encode(value, cid, ack_policy=policy)
