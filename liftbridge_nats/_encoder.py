@@ -31,8 +31,20 @@ _TAG_CORRELATION_ID = b"\x5a"
 _TAG_ACK_POLICY = b"\x60"
 
 
+# Longer lengths repeat too (a publisher's values often share a size): remember them.
+_VARINT_CACHE: dict[int, bytes] = {}
+_VARINT_CACHE_LIMIT = 4096
+
+
 def _length(n: int) -> bytes:
-    return _SMALL_VARINTS[n] if n < 128 else varint(n)
+    if n < 128:
+        return _SMALL_VARINTS[n]
+    encoded = _VARINT_CACHE.get(n)
+    if encoded is None:
+        if len(_VARINT_CACHE) >= _VARINT_CACHE_LIMIT:
+            _VARINT_CACHE.clear()
+        encoded = _VARINT_CACHE[n] = varint(n)
+    return encoded
 
 
 def _field(tag: bytes, data: bytes) -> bytes:
@@ -91,10 +103,10 @@ class PublishEncoder:
         cid_size = len(correlation_id)
         return _COMMON_BODY % (
             self._plain_prefix,
-            _SMALL_VARINTS[size] if size < 128 else varint(size),
+            _SMALL_VARINTS[size] if size < 128 else _length(size),
             value,
             self._inbox_field,
-            _SMALL_VARINTS[cid_size] if cid_size < 128 else varint(cid_size),
+            _SMALL_VARINTS[cid_size] if cid_size < 128 else _length(cid_size),
             correlation_id,
             self._policy_fields[ack_policy],
         )
