@@ -86,17 +86,3 @@ def test_an_instance_method_that_was_there_before_is_put_back() -> None:
     assert is_installed(nc)
     second.detach()
     assert nc._process_msg is custom
-
-
-def test_a_publishing_process_never_loads_grpc() -> None:
-    import subprocess
-    import sys
-
-    code = (
-        "import sys\n"
-        "from liftbridge_nats import Ack, AckPolicy, Publisher, PublishRecord, envelope, wire\n"
-        "assert 'grpc' not in sys.modules, 'the publisher pulled in grpc'\n"
-        "from liftbridge_nats import Client\n"
-        "assert 'grpc' in sys.modules and Client.__name__ == 'Client'\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
