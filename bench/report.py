@@ -99,13 +99,19 @@ def targets(record: Record) -> list[dict[str, Any]]:
         m = {"size": size, "ack": "LEADER", "partitions": 1, "replication": 1}
         ours = _rate(pub, plan.OURS, **m)
         gufo, gufo_mode = _gufo_best(pub, **m)
-        rows.append(
-            _target(
-                f"LEADER publish ≥ 10x gufo-liftbridge best mode ({gufo_mode or 'n/a'}), {_size(size)}",
-                _ratio(ours, gufo),
-                10.0,
-            )
+        bare = _rate(pub, plan.BARE, **m)
+        row = _target(
+            f"LEADER publish ≥ 10x gufo-liftbridge best mode ({gufo_mode or 'n/a'}), {_size(size)}",
+            _ratio(ours, gufo),
+            10.0,
         )
+        if row["status"] == "missed" and gufo and bare and 10 * gufo > bare:
+            # Not a matter of client overhead: no client on nats-py gets there here.
+            row["status"] = (
+                f"missed: 10x gufo is {_num(10 * gufo)} msg/s, above the bare pipeline's "
+                f"ceiling of {_num(bare)} msg/s on this machine"
+            )
+        rows.append(row)
         rows.append(
             _target(
                 f"LEADER publish ≥ 1.0x go-liftbridge PublishAsync, {_size(size)}",
