@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING
 import grpc
 import grpc.aio
 
-from ._proto import api_pb2_grpc
+from ._proto import api_pb2, api_pb2_grpc
+from ._stream_reader import StreamReader
 from .errors import (
     BadRequestError,
     BrokerUnavailableError,
+    ClientClosedError,
     InvalidArgumentError,
     NoLeaderError,
     NoSuchPartitionError,
@@ -34,7 +36,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from ._proto.api_pb2_grpc import APIAsyncStub
+    from ._proto.api_pb2_grpc import APIAsyncStub, APIStub
 
 __all__ = [
     "Backoff",
@@ -51,6 +53,8 @@ _NOT_LEADER_HINTS = ("not partition leader", "not cursor partition leader", "not
 _TLS_HINTS = ("ssl", "tsi_", "handshake", "certificate", "tls")
 # Raft has no leader yet (start-up, fail-over): the server says so with INTERNAL.
 _NO_LEADER_HINTS = ("no known metadata leader", "no leader", "cursors partition")
+# grpc.experimental.ChannelOptions.SingleThreadedUnaryStream (the stubs lack that module).
+_SINGLE_THREADED_UNARY_STREAM = "SingleThreadedUnaryStream"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,26 +120,38 @@ def parse_brokers(brokers: str | Iterable[str]) -> tuple[str, ...]:
 
 
 class ChannelPool:
-    """One gRPC channel (and API stub) per broker address, opened on first use."""
+    """One gRPC channel (and API stub) per broker address, opened on first use.
+
+    Subscriptions read on a second, synchronous channel per broker (see
+    :mod:`._stream_reader`): the pool opens those calls, keeps their reader threads,
+    and stops them all on :meth:`close`.
+    """
 
     def __init__(self, tls: TLSConfig | None = None) -> None:
         self._tls = tls
         self._creds = tls.credentials() if tls is not None else None
         self._channels: dict[str, tuple[grpc.aio.Channel, APIAsyncStub]] = {}
+        self._sync_channels: dict[str, tuple[grpc.Channel, APIStub]] = {}
+        self._readers: set[StreamReader] = set()
+        self._closed = False
+
+    def _options(self) -> list[tuple[str, str | int]]:
+        options: list[tuple[str, str | int]] = [
+            # Brokers restart and move: do not wait long before redialling.
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+        ]
+        if self._tls is not None and self._tls.server_name:
+            options.append(("grpc.ssl_target_name_override", self._tls.server_name))
+        return options
 
     def stub(self, address: str) -> APIAsyncStub:
         """The API stub for ``address``; the channel connects lazily."""
         entry = self._channels.get(address)
         if entry is None:
-            options: list[tuple[str, str | int]] = [
-                # Brokers restart and move: do not wait long before redialling.
-                ("grpc.initial_reconnect_backoff_ms", 100),
-                ("grpc.max_reconnect_backoff_ms", 1000),
-                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-            ]
+            options = self._options()
             if self._creds is not None:
-                if self._tls is not None and self._tls.server_name:
-                    options.append(("grpc.ssl_target_name_override", self._tls.server_name))
                 channel = grpc.aio.secure_channel(address, self._creds, options=options)
             else:
                 channel = grpc.aio.insecure_channel(address, options=options)
@@ -143,10 +159,53 @@ class ChannelPool:
             self._channels[address] = entry
         return entry[1]
 
+    def _sync_stub(self, address: str) -> APIStub:
+        entry = self._sync_channels.get(address)
+        if entry is None:
+            # Each streaming call is polled by the thread that iterates it, with no
+            # channel-wide polling thread: the cheapest way to read a server stream.
+            options = [*self._options(), (_SINGLE_THREADED_UNARY_STREAM, 1)]
+            if self._creds is not None:
+                channel = grpc.secure_channel(address, self._creds, options=options)
+            else:
+                channel = grpc.insecure_channel(address, options=options)
+            entry = (channel, api_pb2_grpc.APIStub(channel))
+            self._sync_channels[address] = entry
+        return entry[1]
+
+    def subscribe(
+        self,
+        address: str,
+        request: api_pb2.SubscribeRequest,
+        *,
+        skip_through: int | None,
+        name: str,
+    ) -> StreamReader:
+        """Start a Subscribe call to ``address`` and the thread that reads it."""
+        if self._closed:
+            # A thread started now would outlive the client.
+            raise ClientClosedError("the client is closed; open a new Client")
+        call = self._sync_stub(address).Subscribe(request)
+        reader = StreamReader(call, skip_through=skip_through, name=name)
+        self._readers.add(reader)
+        reader.add_finished_callback(self._readers.discard)
+        reader.start()
+        return reader
+
     async def close(self) -> None:
         """Close every channel (cancels the calls still running on them)."""
+        self._closed = True
+        readers = list(self._readers)
+        for reader in readers:
+            reader.cancel()
+        for reader in readers:
+            await reader.wait_finished()
         channels = [channel for channel, _ in self._channels.values()]
+        sync_channels = [channel for channel, _ in self._sync_channels.values()]
         self._channels.clear()
+        self._sync_channels.clear()
+        for sync_channel in sync_channels:
+            sync_channel.close()
         for channel in channels:
             await channel.close()
 
@@ -173,7 +232,7 @@ class Backoff:
         return True
 
 
-def rpc_error(exc: grpc.aio.AioRpcError, what: str) -> RpcError:
+def rpc_error(exc: grpc.RpcError, what: str) -> RpcError:
     """Translate a gRPC failure of ``what`` (e.g. "create stream 'orders'") into our errors."""
     code = exc.code()
     detail = exc.details() or ""

@@ -1,9 +1,11 @@
 """Reading a stream partition: Subscribe as an async iterator that survives fail-over.
 
 The server answers a Subscribe with one empty message once the subscription exists
-(or with an error status instead), then streams the partition. This iterator reads
-the stream one message per ``__anext__``: gRPC streams are pull-based, so a slow
-consumer holds the server back through flow control instead of filling a queue here.
+(or with an error status instead), then streams the partition. A reader thread per
+subscription reads the stream ahead into a small bounded buffer (see
+:mod:`._stream_reader`, which says why a thread); when the buffer is full the thread
+stops reading, so a slow consumer holds the server back through gRPC flow control
+instead of filling memory here.
 
 When the stream breaks (the leader died, lost leadership, or the connection dropped)
 the iterator refreshes the metadata and subscribes again at the offset after the last
@@ -15,18 +17,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import weakref
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 import grpc
-import grpc.aio
 
 from ._args import checked_int, checked_name, checked_partition
 from ._grpc import Backoff, rpc_error
 from ._proto import api_pb2
+from ._stream_reader import OPENED, StreamEnd, StreamReader
 from .errors import (
     BadRequestError,
+    ClientClosedError,
     InvalidArgumentError,
     LiftbridgeError,
     NoLeaderError,
@@ -36,7 +40,6 @@ from .errors import (
     RpcTimeoutError,
 )
 from .messages import Message, StartPosition, StopPosition
-from .wire import message_from_proto
 
 if TYPE_CHECKING:
     from ._router import Router
@@ -46,7 +49,6 @@ __all__ = ["Subscription", "SubscriptionOptions", "TimeSpec", "subscription_opti
 TimeSpec = datetime | timedelta | int | float
 """A point in time: an aware datetime, a timedelta meaning "that long ago", or an int
 (nanoseconds) / float (seconds) since the Unix epoch."""
-SubscribeCall = grpc.aio.UnaryStreamCall[api_pb2.SubscribeRequest, api_pb2.Message]
 
 _START_PB = {
     StartPosition.NEW_ONLY: api_pb2.NEW_ONLY,
@@ -199,10 +201,10 @@ def subscription_options(
     )
 
 
-def _consume_outcome(read: asyncio.Future[object]) -> None:
-    """Mark a read's failure as seen, so that a read abandoned by aclose() logs nothing."""
-    if not read.cancelled():
-        read.exception()
+def _cancel_all(readers: list[StreamReader]) -> None:
+    """Finalizer of a Subscription dropped unclosed: stop its reader threads."""
+    for reader in readers:
+        reader.cancel()
 
 
 class _Resubscribe(Exception):
@@ -221,6 +223,10 @@ class Subscription:
     and the stream closes with the client. ``await sub.start()`` subscribes eagerly
     (the first ``__anext__`` does it otherwise), which makes NEW_ONLY subscriptions
     see everything published after it returns.
+
+    Each open subscription has one thread that reads ahead of the iteration, at most
+    a few thousand messages or a few MiB of values; ``aclose()`` (and closing the
+    client) stops it.
     """
 
     def __init__(
@@ -235,10 +241,16 @@ class Subscription:
         self._router = router
         self._resubscribe_wait = resubscribe_wait
         self._group = group
-        self._call: SubscribeCall | None = None
-        # The read in progress. It outlives a cancelled __anext__ (say, under
-        # asyncio.wait_for): cancelling a gRPC read would cancel the whole call.
-        self._read: asyncio.Future[object] | None = None
+        self._stop_offset = (
+            options.stop_offset if options.stop_position is StopPosition.OFFSET else None
+        )
+        # The reader of the current server stream. Messages wait in its buffer, so a
+        # cancelled __anext__ (say, under asyncio.wait_for) loses none.
+        self._reader: StreamReader | None = None
+        # Every reader whose thread may still run (the current one included): aclose()
+        # waits for them, and a Subscription dropped unclosed cancels them.
+        self._readers: list[StreamReader] = []
+        weakref.finalize(self, _cancel_all, self._readers).atexit = False
         self._last_offset: int | None = None
         self._done = False
         self._started = False
@@ -270,17 +282,25 @@ class Subscription:
             await self._open(first=True)
 
     async def aclose(self) -> None:
-        """Stop reading and close the server stream (idempotent)."""
+        """Stop reading, close the server stream and wait for its reader (idempotent)."""
         self._done = True
-        self._drop_call()
+        self._drop_reader()
+        for reader in self._readers:
+            reader.cancel()  # a subscribe in progress in another task too
+        await self._reap()
 
-    def _drop_call(self) -> None:
-        call, self._call = self._call, None
-        read, self._read = self._read, None
-        if read is not None:
-            read.cancel()
-        if call is not None:
-            call.cancel()
+    def _drop_reader(self) -> None:
+        """Cancel the current stream; its thread ends soon and _reap() collects it."""
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+
+    async def _reap(self) -> None:
+        """Wait for the threads of the readers no longer in use."""
+        for reader in [r for r in self._readers if r is not self._reader]:
+            await reader.wait_finished()
+            if reader in self._readers:  # another task may have reaped it meanwhile
+                self._readers.remove(reader)
 
     # ------------------------------------------------------------------ iteration
 
@@ -290,50 +310,49 @@ class Subscription:
     async def __anext__(self) -> Message:
         while True:
             if self._done:
+                if self._readers:
+                    await self._reap()
                 raise StopAsyncIteration
-            if self._call is None:
+            reader = self._reader
+            if reader is None:
                 await self._open(first=not self._started)
                 continue
-            read = self._read
-            if read is None:
-                read = self._read = asyncio.ensure_future(self._call.read())
-                read.add_done_callback(_consume_outcome)
-            try:
-                pb = await asyncio.shield(read)
-            except grpc.aio.AioRpcError as exc:
-                self._drop_call()
-                self._on_stream_error(exc)
+            item = reader.get()
+            if item is None:
+                await reader.wait()
                 continue
-            except asyncio.CancelledError:
-                if not read.cancelled():
-                    raise  # our caller was cancelled; the read carries on for next time
-                self._drop_call()  # the call itself was cancelled (closed)
-                self._done = True
-                continue
-            self._read = None
-            if pb is grpc.aio.EOF:
-                self._drop_call()
-                if self._group is not None:
-                    # The server ends a group member's stream when another member
-                    # takes the partition over: that is the end of this subscription.
+            if type(item) is Message:
+                # (The reader drops offsets at or below the last delivered one: a
+                # resubscription can replay some, see _try_open.)
+                offset = self._last_offset = item.offset
+                if self._stop_offset is not None and offset >= self._stop_offset:
                     self._done = True
-                continue
-            assert isinstance(pb, api_pb2.Message)
-            if self._last_offset is not None and pb.offset <= self._last_offset:
-                # Server trap (v1.9.0): asked for an offset above its high watermark, a
-                # new leader whose watermark still lags starts from watermark + 1, which
-                # can be a message this subscription delivered before the fail-over.
-                continue
-            msg = message_from_proto(pb)
-            self._last_offset = msg.offset
-            if (
-                self.options.stop_position is StopPosition.OFFSET
-                and msg.offset >= self.options.stop_offset
-            ):
-                await self.aclose()
-            return msg
+                    self._drop_reader()
+                return item
+            assert isinstance(item, StreamEnd), item
+            self._drop_reader()
+            try:
+                self._on_stream_end(item)
+            finally:
+                if self._done:
+                    await self._reap()
 
-    def _on_stream_error(self, exc: grpc.aio.AioRpcError) -> None:
+    def _on_stream_end(self, end: StreamEnd) -> None:
+        error = end.error
+        if end.cancelled:
+            self._done = True  # closed by aclose() or with the client
+        elif error is None:
+            if self._group is not None:
+                # The server ends a group member's stream when another member takes
+                # the partition over: that is the end of this subscription.
+                self._done = True
+        elif isinstance(error, grpc.RpcError):
+            self._on_stream_error(error)
+        else:
+            self._done = True
+            raise error
+
+    def _on_stream_error(self, exc: grpc.RpcError) -> None:
         code = exc.code()
         detail = (exc.details() or "").lower()
         if code == grpc.StatusCode.CANCELLED or code == grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -394,6 +413,13 @@ class Subscription:
 
     async def _open(self, *, first: bool) -> None:
         """Subscribe (again), retrying while leadership settles."""
+        try:
+            await self._open_retrying(first=first)
+        finally:
+            if self._done:
+                await self._reap()
+
+    async def _open_retrying(self, *, first: bool) -> None:
         loop = asyncio.get_running_loop()
         wait = self._router.timeout if first else self._resubscribe_wait
         backoff = Backoff(loop.time() + wait, first=0.05 if first else 0.2)
@@ -401,7 +427,7 @@ class Subscription:
         while True:
             err: LiftbridgeError
             try:
-                self._call = await self._try_open(backoff.remaining())
+                self._reader = await self._try_open(backoff.remaining())
                 self._started = True
                 if not first:
                     self.resubscribes += 1
@@ -425,68 +451,83 @@ class Subscription:
             with contextlib.suppress(LiftbridgeError):
                 await self._router.refresh()
 
-    async def _try_open(self, left: float) -> SubscribeCall | None:
+    async def _try_open(self, left: float) -> StreamReader | None:
         opts = self.options
         if (
-            opts.stop_position is StopPosition.OFFSET
+            self._stop_offset is not None
             and self._last_offset is not None
-            and self._last_offset >= opts.stop_offset
+            and self._last_offset >= self._stop_offset
         ):
             self._done = True
             return None
+        await self._reap()  # the readers of earlier attempts
         address = await self._router.leader_address(
             opts.stream, opts.partition, replica=opts.read_isr_replica
         )
-        call = self._router.pool.stub(address).Subscribe(self._request())
+        # Server trap (v1.9.0): asked for an offset above its high watermark, a new
+        # leader whose watermark still lags starts from watermark + 1, which can be a
+        # message this subscription delivered before the fail-over: the reader skips
+        # everything up to the last delivered offset.
+        reader = self._router.pool.subscribe(
+            address,
+            self._request(),
+            skip_through=self._last_offset,
+            name=f"liftbridge-subscribe {opts.stream}/{opts.partition}",
+        )
+        self._readers.append(reader)
         try:
-            first = await asyncio.wait_for(call.read(), timeout=max(left, 0.05))
+            async with asyncio.timeout(max(left, 0.05)):
+                first = await reader.next_item()
         except TimeoutError:
-            call.cancel()
+            reader.cancel()
             raise _Resubscribe(
                 RpcTimeoutError(
                     f"{self._what()}: no answer from {address}", code="DEADLINE_EXCEEDED"
                 )
             ) from None
-        except grpc.aio.AioRpcError as exc:
-            call.cancel()
-            code = exc.code()
-            detail = (exc.details() or "").lower()
-            if code == grpc.StatusCode.RESOURCE_EXHAUSTED or (
-                code == grpc.StatusCode.INVALID_ARGUMENT and _EMPTY_RANGE in detail
-            ):
-                # Nothing to read between the start and the stop position.
-                self._done = True
-                return None
-            if "lookup offset for timestamp" in detail:
-                if (
-                    opts.stop_position is StopPosition.TIMESTAMP
-                    and "before the beginning" in detail
-                ):
-                    self._done = True  # stop_time lies before the first message
-                    return None
-                raise BadRequestError(
-                    f"{self._what()} failed: {exc.details()}", code=code.name
-                ) from None
-            if (
-                self._group is not None
-                and code == grpc.StatusCode.FAILED_PRECONDITION
-                and "assigned" in detail
-            ):
-                # A member with a newer group epoch holds the partition now.
-                self._done = True
-                return None
-            err = rpc_error(exc, self._what())
-            if isinstance(err, NotLeaderError) or code in (
-                grpc.StatusCode.UNAVAILABLE,
-                grpc.StatusCode.INTERNAL,
-            ):
-                raise _Resubscribe(err) from None
-            raise err from None
         except BaseException:
-            call.cancel()
+            reader.cancel()
             raise
-        if first is grpc.aio.EOF:
+        if first is OPENED and not self._done:
+            return reader
+        reader.cancel()
+        if self._done:
+            return None  # closed (by another task) meanwhile
+        assert isinstance(first, StreamEnd), first
+        if first.cancelled:
+            raise ClientClosedError("the client is closed; open a new Client")
+        exc = first.error
+        if exc is None:
             raise _Resubscribe(
                 NoLeaderError(f"{self._what()}: the server closed the stream", code="UNAVAILABLE")
             )
-        return call
+        if not isinstance(exc, grpc.RpcError):
+            raise exc
+        code = exc.code()
+        detail = (exc.details() or "").lower()
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED or (
+            code == grpc.StatusCode.INVALID_ARGUMENT and _EMPTY_RANGE in detail
+        ):
+            # Nothing to read between the start and the stop position.
+            self._done = True
+            return None
+        if "lookup offset for timestamp" in detail:
+            if opts.stop_position is StopPosition.TIMESTAMP and "before the beginning" in detail:
+                self._done = True  # stop_time lies before the first message
+                return None
+            raise BadRequestError(f"{self._what()} failed: {exc.details()}", code=code.name)
+        if (
+            self._group is not None
+            and code == grpc.StatusCode.FAILED_PRECONDITION
+            and "assigned" in detail
+        ):
+            # A member with a newer group epoch holds the partition now.
+            self._done = True
+            return None
+        err = rpc_error(exc, self._what())
+        if isinstance(err, NotLeaderError) or code in (
+            grpc.StatusCode.UNAVAILABLE,
+            grpc.StatusCode.INTERNAL,
+        ):
+            raise _Resubscribe(err)
+        raise err
