@@ -96,10 +96,12 @@ _NO_ACK = AckPolicy.NONE
 # A caller publishing in a tight loop never has to wait for anything, so nats-py's
 # flusher and reader would run only once the ledger is full: the server would get the
 # messages in bursts of max_inflight and the acks would come back the same way.
-# Letting the event loop run once every 512 messages (before a message is prepared, so
-# a cancellation there sends nothing) keeps the pipeline flowing: measured on 100-byte
-# LEADER publishes, about 15% more throughput and 10% less CPU per message.
-_YIELD_MASK = 511
+# Letting the event loop run once every 256 messages (before a message is prepared, so
+# a cancellation there sends nothing) keeps the pipeline flowing. Measured on 100-byte
+# LEADER publishes against one node (medians of 4 alternating runs): every 256 messages
+# 151-153k msg/s, every 1024 131k, every 32 134k, never 134k (6.9 instead of 6.0 µs
+# of CPU per message).
+_YIELD_MASK = 255
 # Valid subjects are remembered (up to this many) so each is checked once.
 _SUBJECT_CACHE_LIMIT = 4096
 # Resend back-off after a no-responders report (retry=True): 25 ms doubling to 500 ms.
@@ -470,7 +472,7 @@ class Publisher:
 
         The call awaits for backpressure (``max_inflight`` messages already wait for
         their ack), while NATS is disconnected and the reconnect buffer is full, and
-        once every 512 messages to let the event loop run (nats-py writes and reads).
+        once every 256 messages to let the event loop run (nats-py writes and reads).
         The future gives what :meth:`publish` would return or raise. Arguments are
         checked before anything is sent (:class:`InvalidArgumentError`,
         :class:`MessageTooLargeError`).
