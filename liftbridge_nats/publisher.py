@@ -614,9 +614,18 @@ class Publisher:
         ledger = self._ledger
         if ledger is None or ledger.must_wait():
             await self._wait_for_room()
-        flight = self._prepare(
-            subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
-        )
+        if (
+            key is None
+            and headers is None
+            and correlation_id is None
+            and expected_offset is None
+            and timeout is None
+        ):
+            flight = self._prepare_plain(subject, value, ack_policy)
+        else:
+            flight = self._prepare(
+                subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
+            )
         if self._outbox or not self._writer_write(subject, flight[REPLY], flight[DATA]):
             await self._send(flight)
         self._published += 1
