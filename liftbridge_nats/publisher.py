@@ -477,31 +477,9 @@ class Publisher:
         checked before anything is sent (:class:`InvalidArgumentError`,
         :class:`MessageTooLargeError`).
         """
-        # _submit inlined: one coroutine per call instead of two on the hot path.
-        ledger = self._ledger
-        if ledger is None or ledger.must_wait():
-            await self._wait_for_room()
-        elif not self._published & _YIELD_MASK:
-            await asyncio.sleep(0)
-            if ledger.must_wait():
-                await self._wait_for_room()
-        if (
-            key is None
-            and headers is None
-            and correlation_id is None
-            and expected_offset is None
-            and timeout is None
-        ):
-            flight = self._prepare_plain(subject, value, ack_policy)
-        else:
-            flight = self._prepare(
-                subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
-            )
-        if self._outbox or not self._writer_write(subject, flight[REPLY], flight[DATA]):
-            await self._send(flight)
-        self._published += 1
-        if flight[ATTEMPT] < 0:  # AckPolicy.NONE: done once handed to NATS
-            flight[FUTURE].set_result(None)
+        flight = await self._submit(
+            subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
+        )
         return flight[FUTURE]
 
     async def publish_batch(
@@ -522,20 +500,11 @@ class Publisher:
         submitted: deque[Flight] = deque()
         results: list[Any] = []
         first_error: BaseException | None = None
-        prepare = self._prepare
-        write = self._writer_write
+        submit = self._submit
         try:
-            # The loop body is _submit's, inlined: no coroutine per message.
             for item in items:
-                ledger = self._ledger
-                if ledger is None or ledger.must_wait():
-                    await self._wait_for_room()
-                elif not self._published & _YIELD_MASK:
-                    await asyncio.sleep(0)
-                    if ledger.must_wait():
-                        await self._wait_for_room()
                 if isinstance(item, PublishRecord):
-                    flight = prepare(
+                    flight = await submit(
                         subject,
                         item.value,
                         item.key,
@@ -545,15 +514,10 @@ class Publisher:
                         item.expected_offset,
                         timeout,
                     )
-                elif timeout is None:
-                    flight = self._prepare_plain(subject, item, ack_policy)
                 else:
-                    flight = prepare(subject, item, None, None, ack_policy, None, None, timeout)
-                if self._outbox or not write(subject, flight[REPLY], flight[DATA]):
-                    await self._send(flight)
-                self._published += 1
-                if flight[ATTEMPT] < 0:
-                    flight[FUTURE].set_result(None)
+                    flight = await submit(
+                        subject, item, None, None, ack_policy, None, None, timeout
+                    )
                 submitted.append(flight)
                 # Collect settled messages as we go: their futures need not stay alive.
                 while submitted[0][FUTURE].done():
@@ -614,6 +578,10 @@ class Publisher:
         ledger = self._ledger
         if ledger is None or ledger.must_wait():
             await self._wait_for_room()
+        elif not self._published & _YIELD_MASK:
+            await asyncio.sleep(0)
+            if ledger.must_wait():
+                await self._wait_for_room()
         if (
             key is None
             and headers is None
