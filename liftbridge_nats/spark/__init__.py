@@ -13,7 +13,13 @@ talks to Liftbridge runs its own asyncio event loop.
 
 from __future__ import annotations
 
+from ._dataloss import DataLossError
 from ._source import LiftbridgeDataSource
 from ._writer import LiftbridgeCommitMessage, PartitionOffsets
 
-__all__ = ["LiftbridgeCommitMessage", "LiftbridgeDataSource", "PartitionOffsets"]
+__all__ = [
+    "DataLossError",
+    "LiftbridgeCommitMessage",
+    "LiftbridgeDataSource",
+    "PartitionOffsets",
+]

@@ -35,6 +35,7 @@ from liftbridge_nats.partitioning import (
 from liftbridge_nats.publisher import Publisher
 
 from . import _io
+from ._lookup import sink_target
 from ._options import WriteOptions
 from ._schema import WriteColumns, check_write_schema
 
@@ -183,7 +184,7 @@ async def publish_rows(
     started = time.monotonic()
     ledger = _Ledger()
     choose = _Chooser(target)
-    nc = await _io.connect_nats(opts.nats_servers, opts.timeout)
+    nc = await _io.connect_nats(opts.nats_servers, opts.timeout, opts.nats_auth)
     try:
         async with Publisher(
             nc, ack_timeout=opts.ack_timeout, max_inflight=opts.max_inflight
@@ -276,11 +277,11 @@ def resolve_target(opts: WriteOptions) -> Target:
     Runs on the driver, so a wrong ``nats_url``, ``brokers`` or ``stream`` fails the
     write before any task starts.
     """
-    _io.run(_io.probe_nats(opts.nats_servers, opts.timeout))
+    _io.run(_io.probe_nats(opts.nats_servers, opts.timeout, opts.nats_auth))
     if opts.stream is None:
         assert opts.subject is not None
         return Target(subject=opts.subject, stream=None, partitions=None)
-    info = _io.run(_io.sink_target(opts.brokers, opts.stream, opts.timeout))
+    info = _io.run(sink_target(opts.brokers, opts.stream, opts.timeout, opts.tls))
     return Target(subject=info.subject, stream=opts.stream, partitions=info.partition_count)
 
 
