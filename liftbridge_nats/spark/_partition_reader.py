@@ -104,6 +104,8 @@ class PartitionReader:
     def _take(self, msg: Message, out: list[Message]) -> None:
         """Add ``msg`` to ``out`` unless it lies past the range; note gaps before it."""
         offset, until = msg.offset, self._rng.until_offset
+        if offset < self._next:
+            return  # delivered already (the subscription drops these itself, too)
         if offset != self._next:
             self._gap(min(offset, until))
         if offset >= until:
@@ -116,15 +118,33 @@ class PartitionReader:
 
     async def _fill(self, sub: Subscription, out: list[Message], size: int) -> None:
         """Read into ``out`` until it holds ``size`` messages or the range ends."""
-        while len(out) < size and not self.done:
-            try:
-                msg = await anext(sub)
-            except StopAsyncIteration:
-                if self._next < self._rng.until_offset:
-                    self._gap(self._rng.until_offset)
-                self.done = True
-                return
-            self._take(msg, out)
+        # The loop runs once per message: locals, and one comparison on the usual path
+        # (the next offset, inside the range); anything else goes through _take.
+        until = self._rng.until_offset
+        expected = self._next
+        append = out.append
+        receive = sub.__anext__
+        try:
+            for _ in range(size - len(out)):
+                try:
+                    msg = await receive()
+                except StopAsyncIteration:
+                    self._next = expected
+                    if expected < until:
+                        self._gap(until)
+                    self.done = True
+                    return
+                if msg.offset == expected and expected < until - 1:
+                    append(msg)
+                    expected += 1
+                    continue
+                self._next = expected
+                self._take(msg, out)
+                expected = self._next
+                if self.done:
+                    return
+        finally:
+            self._next = expected
 
     async def chunk(self, size: int) -> list[Message]:
         """Up to ``size`` more messages of the range; sets :attr:`done` at its end."""
@@ -144,7 +164,8 @@ class PartitionReader:
             try:
                 async with asyncio.timeout(wait):
                     await self._fill(sub, out, size)
-                break
+                if len(out) >= size or self.done:
+                    break
             except TimeoutError:
                 if out:
                     break  # progress: hand over what came
