@@ -187,7 +187,7 @@ def check_partition_count(partitions: int, limit: int) -> int:
     """Raise when ``partitions`` (already an int >= 1) is above the client's ``limit``."""
     if partitions > limit:
         raise InvalidArgumentError(
-            f"partitions={partitions} is above this client's limit of {limit}: every "
+            f"{partitions:,} partitions are more than this client allows ({limit:,}): every "
             "partition costs each of its replicas a directory, files, memory maps and NATS "
             "subscriptions, and a large count in one request keeps the brokers busy long "
             "after the call has timed out. "

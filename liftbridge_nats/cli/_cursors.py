@@ -7,7 +7,15 @@ from typing import Any
 
 from liftbridge_nats.errors import NoSuchStreamError
 
-from ._common import EXIT_ERROR, EXIT_OK, add_connection_options, non_negative_int, open_client
+from ._common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    add_connection_options,
+    non_negative_int,
+    open_client,
+    partition_choice_arg,
+    selected_partitions,
+)
 from ._output import Console, key_values, table
 
 # Consumer groups commit their positions as cursors under this id (as the Go client does).
@@ -30,7 +38,14 @@ def register(commands: Any) -> None:
     )
     get.add_argument("cursor_id")
     get.add_argument("stream")
-    get.add_argument("--partition", "-p", type=non_negative_int, default=0, help="default 0")
+    get.add_argument(
+        "--partition",
+        "-p",
+        type=partition_choice_arg,
+        default=[0],
+        metavar="ID|LIST|all",
+        help="partition id, a list (0,2) or all (default 0)",
+    )
     get.add_argument("--json", action="store_true", help="print JSON")
     add_connection_options(get, nats=False, brokers=True)
     get.set_defaults(handler=_get)
@@ -56,7 +71,9 @@ def register(commands: Any) -> None:
         help="show a group's coordinator, epoch and committed offsets",
         description="Show the broker coordinating a consumer group and its epoch; with "
         "--stream, also the offset the group committed on each partition and its lag "
-        "behind the newest message.",
+        "behind the newest message. A group's committed positions are ordinary cursors "
+        f"named {GROUP_CURSOR_PREFIX}<group id>: `liftbridge-nats cursor get "
+        f"{GROUP_CURSOR_PREFIX}GROUP STREAM` reads one, `cursor set` moves it.",
     )
     describe.add_argument("group_id")
     describe.add_argument(
@@ -69,18 +86,24 @@ def register(commands: Any) -> None:
 
 async def _get(args: argparse.Namespace, console: Console) -> int:
     async with open_client(args) as client:
-        offset = await client.fetch_cursor(args.cursor_id, args.stream, args.partition)
+        partitions = await selected_partitions(client, args.stream, args.partition)
+        offsets = [
+            (p, await client.fetch_cursor(args.cursor_id, args.stream, p)) for p in partitions
+        ]
     if args.json:
-        console.json(
-            {
-                "cursor_id": args.cursor_id,
-                "stream": args.stream,
-                "partition": args.partition,
-                "offset": offset,
-            }
-        )
+        for partition, offset in offsets:
+            console.json(
+                {
+                    "cursor_id": args.cursor_id,
+                    "stream": args.stream,
+                    "partition": partition,
+                    "offset": offset,
+                }
+            )
+    elif args.partition == [0] or (len(offsets) == 1 and args.partition is not None):
+        console.print(str(offsets[0][1]))  # one partition asked for: the offset alone
     else:
-        console.print(str(offset))
+        table(console, ["PARTITION", "OFFSET"], offsets)
     return EXIT_OK
 
 
@@ -120,6 +143,7 @@ async def _describe(args: argparse.Namespace, console: Console) -> int:
         console.json(
             {
                 "group_id": args.group_id,
+                "cursor_id": GROUP_CURSOR_PREFIX + args.group_id,
                 "known": info is not None,
                 "coordinator": info.coordinator if info else None,
                 "epoch": info.epoch if info else None,
@@ -134,6 +158,11 @@ async def _describe(args: argparse.Namespace, console: Console) -> int:
             console,
             [("group", info.id), ("coordinator", info.coordinator), ("epoch", info.epoch)],
         )
+    console.info(
+        f"committed positions are the cursors {GROUP_CURSOR_PREFIX}{args.group_id} "
+        f"(`liftbridge-nats cursor get {GROUP_CURSOR_PREFIX}{args.group_id} STREAM "
+        "--partition all`)" + ("" if rows else "; add --stream NAME to show them with their lag")
+    )
     if rows:
         console.print()
         table(

@@ -65,9 +65,9 @@ def test_client_wrong_types_name_the_argument(kwargs: dict[str, Any], argument: 
 
 
 def test_client_value_errors_name_the_argument() -> None:
-    with pytest.raises(InvalidArgumentError, match="^timeout must be a finite"):
+    with pytest.raises(InvalidArgumentError, match=r"^timeout must be a finite"):
         Client("127.0.0.1:9292", timeout=float("inf"))
-    with pytest.raises(InvalidArgumentError, match="^max_partitions must be between"):
+    with pytest.raises(InvalidArgumentError, match=r"^max_partitions must be between"):
         Client("127.0.0.1:9292", max_partitions=0)
 
 
@@ -78,7 +78,7 @@ async def client(liftbridge_cluster: Any) -> AsyncIterator[Client]:
 
 
 async def test_per_call_timeout_of_the_wrong_type_names_it(client: Client) -> None:
-    with pytest.raises(TypeError, match="^timeout must be a number of seconds"):
+    with pytest.raises(TypeError, match=r"^timeout must be a number of seconds"):
         await client.fetch_metadata(timeout="5")  # type: ignore[arg-type]
 
 
