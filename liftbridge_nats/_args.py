@@ -3,7 +3,7 @@
 Everything a caller passes is checked here before it goes on the wire, so that a bad
 argument fails at once with :class:`InvalidArgumentError` (or ``TypeError``) instead of
 as a server answer, and durations are converted to the milliseconds the server's stream
-options expect (server/config.go, ``StreamsConfig.ApplyOverrides``).
+options expect (Liftbridge's ``server/config.go``, ``StreamsConfig.ApplyOverrides``).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ _GO_DURATION_MAX_MS = INT64_MAX // 1_000_000
 
 
 def as_millis(value: Duration | None, name: str) -> api_pb2.NullableInt64 | None:
-    """Stream options take durations in milliseconds (server/config.go ApplyOverrides)."""
+    """Stream options take durations in milliseconds (Liftbridge's ApplyOverrides)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, timedelta | int | float):

@@ -205,7 +205,7 @@ async def test_partition_leader_killed(
     if outcomes.acked < 0.99 * outcomes.sent and (deposed or len(restarts) > 1):
         # Every publish ended and nothing acked was lost (asserted above). Each time a
         # broker (re)becomes leader, at a new epoch, it first stops leading and drops its
-        # commit queue (server/partition.go: becomeLeader -> stopLeading ->
+        # commit queue (Liftbridge's server/partition.go: becomeLeader -> stopLeading ->
         # commitQueue.Dispose()): what it accepted and had not committed is stored but
         # never acked, and re-sending it without optimistic concurrency could store it
         # twice.

@@ -41,6 +41,18 @@ CASES: list[tuple[str, list[Any], dict[str, Any]]] = [
         {"subject": "w.>", "name": "w", "partitions": 2},
     ),
     (
+        # A subscription line over nats-server's 4,096 bytes: NATS closes the broker's
+        # connection, and the next partition it has to lead makes it panic.
+        "group of 5,000 bytes",
+        [Request(subject="g", name="g", group="q" * 5000), Request(subject="ok", name="ok")],
+        {"subject": "g", "name": "g", "group": "q" * 5000},
+    ),
+    (
+        "subject of 4,201 bytes",
+        [Request(subject="s." * 2100 + "s", name="s"), Request(subject="ok", name="ok")],
+        {"subject": "s." * 2100 + "s", "name": "s"},
+    ),
+    (
         # 10^13 ms overflows Go's int64 nanoseconds into a negative ticker interval.
         "cleaner interval of 317 years",
         [Request(subject="s", name="s", cleanerInterval=api_pb2.NullableInt64(value=10**13))],
@@ -94,7 +106,7 @@ async def test_raw_request_crashes_the_broker_for_good_and_the_sdk_refuses_it(
             await cluster.restart_node(0)  # replays the Raft log, meets the request again
         again = _panics(cluster)
     assert first and len(again) > len(first), f"{case}: {first} / {again}"
-    fault_report(f"{case}: {first[0][:160]}")
+    fault_report(f"{case}: {first[0][:160]!a}")
 
 
 async def test_a_slash_makes_nested_directories() -> None:
@@ -108,3 +120,27 @@ async def test_a_slash_makes_nested_directories() -> None:
             await nowhere.create_stream("s", "a/b")
     finally:
         await nowhere.close()
+
+
+async def test_a_three_node_cluster_loses_brokers_and_then_its_quorum(
+    fault_report: Callable[[str], None],
+) -> None:
+    async with LocalCluster(3) as cluster:
+        await asyncio.to_thread(_send, cluster.brokers[0], [Request(subject="s", name="é" * 128)])
+        await asyncio.sleep(15)  # every broker applies the entry and crashes, or not
+        alive = [i for i in range(3) if cluster.is_running(i)]
+        assert len(alive) <= 1, f"only {3 - len(alive)} broker(s) crashed"
+        answer = "not asked"
+        if len(alive) == 1:
+            # One broker left of three: no Raft quorum, so no stream can be created.
+            with grpc.insecure_channel(cluster.brokers[alive[0]]) as channel:
+                try:
+                    api_pb2_grpc.APIStub(channel).CreateStream(
+                        Request(subject="ok", name="ok"), timeout=5
+                    )
+                except grpc.RpcError as exc:
+                    answer = exc.code().name
+                else:
+                    answer = "created"
+            assert answer != "created"
+    fault_report(f"256-byte name on 3 nodes: {3 - len(alive)} broker(s) died; survivor: {answer}")
