@@ -391,14 +391,23 @@ def partition_choice_arg(text: str) -> list[int] | None:
     if text == "all":
         return None
     try:
-        values = [int(p) for p in text.split(",") if p.strip()]
-    except ValueError:
+        return partitions_arg(text)
+    except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(
             f"invalid partition {text!r}: use an id, a list like 0,2, or all"
         ) from None
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"invalid partition {text!r}")
-    return values
+
+
+def add_partition_choice(parser: argparse.ArgumentParser) -> None:
+    """``--partition ID|LIST|all`` (default 0), read by :func:`selected_partitions`."""
+    parser.add_argument(
+        "--partition",
+        "-p",
+        type=partition_choice_arg,
+        default=[0],
+        metavar="ID|LIST|all",
+        help="partition id, a list (0,2) or all (default 0)",
+    )
 
 
 async def selected_partitions(client: Client, stream: str, choice: list[int] | None) -> list[int]:

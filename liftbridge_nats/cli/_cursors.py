@@ -11,9 +11,9 @@ from ._common import (
     EXIT_ERROR,
     EXIT_OK,
     add_connection_options,
+    add_partition_choice,
     non_negative_int,
     open_client,
-    partition_choice_arg,
     selected_partitions,
 )
 from ._output import Console, key_values, table
@@ -38,14 +38,7 @@ def register(commands: Any) -> None:
     )
     get.add_argument("cursor_id")
     get.add_argument("stream")
-    get.add_argument(
-        "--partition",
-        "-p",
-        type=partition_choice_arg,
-        default=[0],
-        metavar="ID|LIST|all",
-        help="partition id, a list (0,2) or all (default 0)",
-    )
+    add_partition_choice(get)
     get.add_argument("--json", action="store_true", help="print JSON")
     add_connection_options(get, nats=False, brokers=True)
     get.set_defaults(handler=_get)

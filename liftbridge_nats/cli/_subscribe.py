@@ -19,10 +19,10 @@ from liftbridge_nats.messages import Message, StartPosition, StopPosition
 from ._common import (
     EXIT_OK,
     add_connection_options,
+    add_partition_choice,
     non_negative_int,
     open_client,
     parse_time,
-    partition_choice_arg,
     selected_partitions,
 )
 from ._output import FORMATS, Console, print_message
@@ -33,14 +33,7 @@ if TYPE_CHECKING:
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("stream")
-    parser.add_argument(
-        "--partition",
-        "-p",
-        type=partition_choice_arg,
-        default=[0],
-        metavar="ID|LIST|all",
-        help="partition id, a list (0,2) or all (default 0)",
-    )
+    add_partition_choice(parser)
     parser.add_argument(
         "--follow", "-f", action="store_true", help="keep reading new messages until Ctrl-C"
     )

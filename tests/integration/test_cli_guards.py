@@ -5,51 +5,31 @@ status``, ``--partition all`` for cursors, and pause states that are not stale."
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import test_cli
 
 from liftbridge_nats.cli import main
 from liftbridge_nats.cli._common import pid_alive
 from liftbridge_nats.client import Client
 from liftbridge_nats.testing import LocalCluster
 
-SCRIPT = Path(sys.executable).with_name("liftbridge-nats")
+# The CLI tests' in-process runner (a fixture: main(argv) against the session cluster).
+cli = test_cli.cli
+Run = test_cli.Run
+SCRIPT = test_cli.SCRIPT
+
 # What a Python call looks like in a message: name(...) or name=value.
 _PYTHON_CALL = re.compile(r"\b[a-z_]+\((\.\.\.|[a-z_]*=|\))|\b[a-z_]+=(True|False|\d)")
-
-Run = Callable[..., tuple[int, str, str]]
-
-
-@pytest.fixture
-def cli(
-    liftbridge_cluster: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> Run:
-    """``main(argv)`` in-process against the session cluster -> (status, out, err)."""
-    monkeypatch.setenv("LIFTBRIDGE_NATS_URL", liftbridge_cluster.nats_url)
-    monkeypatch.setenv("LIFTBRIDGE_BROKERS", ",".join(liftbridge_cluster.brokers))
-    monkeypatch.setenv("LIFTBRIDGE_NATS_STATE_FILE", "/nonexistent/dev-cluster.json")
-    monkeypatch.setenv("NO_COLOR", "1")
-
-    def run(*argv: str, stdin: bytes | None = None) -> tuple[int, str, str]:
-        capsys.readouterr()
-        if stdin is not None:
-            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
-        code = main(list(argv))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 def _env(
