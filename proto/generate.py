@@ -34,6 +34,12 @@ PRIVATE_POOL_ADD = (
     "_POOL = _descriptor_pool.DescriptorPool()\n"
     "DESCRIPTOR = _POOL.AddSerializedFile("
 )
+# Annotations that name the asyncio stub resolve at run time too (the API reference
+# builder evaluates them).
+ASYNC_STUB_ALIAS = (
+    "\n\n# The .pyi types the asyncio flavour of APIStub apart; at run time they are one class.\n"
+    "APIAsyncStub = APIStub\n"
+)
 
 
 def generate(out: Path) -> None:
@@ -64,6 +70,8 @@ def generate(out: Path) -> None:
             if text.count(DEFAULT_POOL_ADD) != 1:
                 raise SystemExit("protoc's output changed shape: cannot move it to a private pool")
             text = text.replace(DEFAULT_POOL_ADD, PRIVATE_POOL_ADD)
+        if name == "api_pb2_grpc.py":
+            text = text.rstrip("\n") + "\n" + ASYNC_STUB_ALIAS
         path.write_text(HEADER + text)
 
 
