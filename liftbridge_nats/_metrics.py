@@ -163,7 +163,7 @@ class Metrics:
         self._lock = threading.Lock()
         # By id: sources need not be hashable; entries vanish when a source is collected.
         self._publishers: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
-        self._retired_counts = _Totals()
+        self._retired = PublishCounts()
         self._cells: dict[tuple[str, int, str | None], ReadCell] = {}
         self._explicit = meter_provider is not None
         self._histogram: Any = None
@@ -200,7 +200,7 @@ class Metrics:
         with self._lock:
             if self._publishers.get(id(source)) is source:
                 del self._publishers[id(source)]
-                self._retired_counts.add(source.metric_counts())
+                self._retired = _add(self._retired, source.metric_counts(), gauges=False)
 
     def read_cell(self, stream: str, partition: int, group: str | None = None) -> ReadCell:
         """The counters a reader of ``stream``/``partition`` adds to (shared by readers
@@ -225,7 +225,9 @@ class Metrics:
     # ------------------------------------------------------------------ instruments
 
     def _create(self, meter: Any) -> None:
-        def counter(name: str, unit: str, description: str, read: Callable[[_Totals], int]) -> None:
+        def counter(
+            name: str, unit: str, description: str, read: Callable[[PublishCounts], int]
+        ) -> None:
             def callback(_: CallbackOptions) -> Iterable[Observation]:
                 return [self._otel.Observation(read(self._totals()), _BASE)]
 
@@ -292,12 +294,12 @@ class Metrics:
             "Value bytes delivered by subscriptions and consumers, per stream and partition.",
         )
 
-    def _totals(self) -> _Totals:
+    def _totals(self) -> PublishCounts:
         with self._lock:
             live = list(self._publishers.values())
-            totals = self._retired_counts.copy()
+            totals = self._retired
         for source in live:
-            totals.add(source.metric_counts(), live=True)
+            totals = _add(totals, source.metric_counts(), gauges=True)
         return totals
 
     def _observe_failed(self, _: CallbackOptions) -> Iterable[Observation]:
@@ -320,31 +322,21 @@ class Metrics:
         return observations
 
 
-@dataclass(slots=True)
-class _Totals:
-    published: int = 0
-    acked: int = 0
-    resent: int = 0
-    no_responders: int = 0
-    failed: dict[str, int] = field(default_factory=dict)
-    inflight: int = 0
-    buffered_bytes: int = 0
-
-    def add(self, counts: PublishCounts, live: bool = False) -> None:
-        self.published += counts.published
-        self.acked += counts.acked
-        self.resent += counts.resent
-        self.no_responders += counts.no_responders
-        for name, count in counts.failed.items():
-            self.failed[name] = self.failed.get(name, 0) + count
-        if live:  # gauges: a retired publisher holds nothing any more
-            self.inflight += counts.inflight
-            self.buffered_bytes += counts.buffered_bytes
-
-    def copy(self) -> _Totals:
-        return _Totals(
-            self.published, self.acked, self.resent, self.no_responders, dict(self.failed)
-        )
+def _add(total: PublishCounts, counts: PublishCounts, *, gauges: bool) -> PublishCounts:
+    """``total`` plus ``counts``; the gauges (in flight, buffered) only when ``gauges``:
+    a retired publisher holds nothing any more."""
+    failed = dict(total.failed)
+    for name, count in counts.failed.items():
+        failed[name] = failed.get(name, 0) + count
+    return PublishCounts(
+        total.published + counts.published,
+        total.acked + counts.acked,
+        total.resent + counts.resent,
+        total.no_responders + counts.no_responders,
+        failed,
+        total.inflight + counts.inflight if gauges else total.inflight,
+        total.buffered_bytes + counts.buffered_bytes if gauges else total.buffered_bytes,
+    )
 
 
 # The API exports no proxy class for meter providers (unlike tracer providers): these
