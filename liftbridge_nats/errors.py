@@ -30,7 +30,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from .messages import Message
 
 __all__ = [
     "ACK_ERRORS",
@@ -42,6 +45,7 @@ __all__ = [
     "ClientClosedError",
     "ConsumerGroupError",
     "CursorsDisabledError",
+    "DeserializationError",
     "EncryptionError",
     "EnvelopeError",
     "IncorrectOffsetError",
@@ -67,6 +71,7 @@ __all__ = [
     "RetriedIncorrectOffsetError",
     "RpcError",
     "RpcTimeoutError",
+    "SerializationError",
     "ServerError",
     "ServerStartError",
     "StreamExistsError",
@@ -327,6 +332,50 @@ class NoStoredPositionError(LocalError):
 
 class CursorsDisabledError(RemoteError):
     """The cluster keeps no cursors: start the brokers with ``cursors.stream.partitions`` > 0."""
+
+
+# ------------------------------------------------------------------ serializers
+
+
+class SerializationError(InvalidArgumentError):
+    """A value or key could not be turned into bytes by its serializer; nothing was sent.
+
+    ``what`` is ``"value"`` or ``"key"``; ``subject`` names where the message was going,
+    when known. The serializer's own exception is the ``__cause__``.
+    """
+
+    def __init__(self, message: str, *, what: str = "value", subject: str | None = None) -> None:
+        super().__init__(message)
+        self.what = what
+        self.subject = subject
+
+
+class DeserializationError(LocalError, ValueError):
+    """A stored value or key could not be decoded by its deserializer.
+
+    Names the message (``stream``, ``partition``, ``offset``) and keeps it undecoded in
+    ``raw_message`` (a :class:`~liftbridge_nats.messages.Message` with the stored bytes), so
+    the caller can log, park or skip it. The reader that raised it has already moved
+    past that message: iterating again continues with the next one. The deserializer's
+    own exception is the ``__cause__``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        stream: str,
+        partition: int,
+        offset: int,
+        what: str = "value",
+        raw_message: Message | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.partition = partition
+        self.offset = offset
+        self.what = what
+        self.raw_message = raw_message
 
 
 # ------------------------------------------------------------------ codes to classes
