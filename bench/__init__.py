@@ -5,8 +5,7 @@ the same payloads and counts: acked publish throughput (our Publisher, the bare 
 that is the ceiling, raw nats-py with no server in the loop, gufo-liftbridge, the
 official Go client), ack latency at fixed offered loads, subscribe throughput, client
 CPU per message and peak memory. Every client runs in its own process (a worker), so CPU
-time and memory belong to that client alone and peers whose generated protobuf modules
-clash (gufo-liftbridge registers the same ``api.proto``) never share an interpreter.
+time and memory belong to that client alone.
 The orchestrator (``runner``) only starts servers, creates streams, runs workers and
 writes the report; it asserts nothing about speed.
 """

@@ -6,6 +6,8 @@ import argparse
 from typing import Any
 
 from liftbridge_nats.errors import NoSuchStreamError
+from liftbridge_nats.groups import group_cursor_id
+from liftbridge_nats.lag import consumer_lag
 
 from ._common import (
     EXIT_ERROR,
@@ -17,9 +19,6 @@ from ._common import (
     selected_partitions,
 )
 from ._output import Console, key_values, table
-
-# Consumer groups commit their positions as cursors under this id (as the Go client does).
-GROUP_CURSOR_PREFIX = "__group:"
 
 
 def register(commands: Any) -> None:
@@ -65,8 +64,8 @@ def register(commands: Any) -> None:
         description="Show the broker coordinating a consumer group and its epoch; with "
         "--stream, also the offset the group committed on each partition and its lag "
         "behind the newest message. A group's committed positions are ordinary cursors "
-        f"named {GROUP_CURSOR_PREFIX}<group id>: `liftbridge-nats cursor get "
-        f"{GROUP_CURSOR_PREFIX}GROUP STREAM` reads one, `cursor set` moves it.",
+        f"named {group_cursor_id('<group id>')}: `liftbridge-nats cursor get "
+        f"{group_cursor_id('GROUP')} STREAM` reads one, `cursor set` moves it.",
     )
     describe.add_argument("group_id")
     describe.add_argument(
@@ -111,32 +110,26 @@ async def _describe(args: argparse.Namespace, console: Console) -> int:
     async with open_client(args) as client:
         metadata = await client.fetch_metadata(groups=[args.group_id])
         info = metadata.groups.get(args.group_id)
-        rows: list[dict[str, Any]] = []
-        for stream in args.stream:
-            try:
-                stream_info = await client.stream_info(stream, refresh=True)
-            except NoSuchStreamError:
-                console.error(f"stream {stream} does not exist")
-                return EXIT_ERROR
-            for pid in sorted(stream_info.partitions):
-                newest = stream_info.partitions[pid].newest_offset
-                committed = await client.fetch_cursor(
-                    GROUP_CURSOR_PREFIX + args.group_id, stream, pid
-                )
-                rows.append(
-                    {
-                        "stream": stream,
-                        "partition": pid,
-                        "committed": committed,
-                        "newest": newest,
-                        "lag": max(0, newest - committed),
-                    }
-                )
+        try:
+            lags = await consumer_lag(client, args.group_id, args.stream)
+        except NoSuchStreamError as exc:
+            console.error(str(exc))
+            return EXIT_ERROR
+    rows: list[dict[str, Any]] = [
+        {
+            "stream": row.stream,
+            "partition": row.partition,
+            "committed": row.committed,
+            "newest": row.newest,
+            "lag": row.lag,
+        }
+        for row in lags
+    ]
     if args.json:
         console.json(
             {
                 "group_id": args.group_id,
-                "cursor_id": GROUP_CURSOR_PREFIX + args.group_id,
+                "cursor_id": group_cursor_id(args.group_id),
                 "known": info is not None,
                 "coordinator": info.coordinator if info else None,
                 "epoch": info.epoch if info else None,
@@ -152,8 +145,8 @@ async def _describe(args: argparse.Namespace, console: Console) -> int:
             [("group", info.id), ("coordinator", info.coordinator), ("epoch", info.epoch)],
         )
     console.info(
-        f"committed positions are the cursors {GROUP_CURSOR_PREFIX}{args.group_id} "
-        f"(`liftbridge-nats cursor get {GROUP_CURSOR_PREFIX}{args.group_id} STREAM "
+        f"committed positions are the cursors {group_cursor_id(args.group_id)} "
+        f"(`liftbridge-nats cursor get {group_cursor_id(args.group_id)} STREAM "
         "--partition all`)" + ("" if rows else "; add --stream NAME to show them with their lag")
     )
     if rows:

@@ -1,4 +1,4 @@
-"""``servers install | start | stop | status``: the local development cluster.
+"""``servers install | start | stop | env | status``: the local development cluster.
 
 ``start`` runs a :class:`~liftbridge_nats.testing.LocalCluster` (1 or 3 nodes) in a
 detached process (see ``_daemon``) that records its addresses in a state file; every other
@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import _servers_env
 from ._common import (
     EXIT_ERROR,
     EXIT_NOT_RUNNING,
@@ -70,6 +71,7 @@ def register(commands: Any) -> None:
         "stop", help="stop the dev cluster", description="Stop the dev cluster and its servers."
     )
     stop.set_defaults(handler=_stop)
+    _servers_env.register(sub)
 
     status = sub.add_parser(
         "status",

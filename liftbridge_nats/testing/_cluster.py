@@ -86,7 +86,7 @@ class LocalCluster:
     command-line arguments. ``start_timeout`` bounds start-up (not the one-time
     Liftbridge build) and every later wait for readiness.
 
-    ``grpc_tls`` (certificates from ``liftbridge_nats.testing._certs``) makes the
+    ``grpc_tls`` (certificates from :func:`generate_certificates`) makes the
     readiness probe talk TLS to the brokers, trusting ``ca_cert`` and presenting the
     client certificate; the server side is configured through ``liftbridge_config``
     (``tls.cert``, ``tls.key``, ``tls.client.auth.*``). ``nats_url_userinfo`` (such as
