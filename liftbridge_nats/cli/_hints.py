@@ -27,6 +27,11 @@ _REWRITES: tuple[tuple[str, str], ...] = (
     ),
     ("retry or pass a larger timeout", "retry, or pass a larger --timeout"),
     (
+        "the partition was paused; resume_stream() or subscribe(resume=True)",
+        "the partition was paused; resume it with `liftbridge-nats stream resume` or read "
+        "with --resume",
+    ),
+    (
         "Create the stream, resume the partition (publish_to_stream does it for you), or "
         "publish again shortly (Publisher(retry=True) does it for you).",
         "Create the stream (`liftbridge-nats stream create`), resume the partition "
