@@ -1,4 +1,4 @@
-"""liftbridge-nats benchmark suite (issue #8): ``python -m bench`` or ``make bench``.
+"""liftbridge-nats benchmark suite: ``python -m bench`` or ``make bench``.
 
 One run starts its own LocalCluster and measures, side by side on the same servers with
 the same payloads and counts: acked publish throughput (our Publisher, the bare pipeline

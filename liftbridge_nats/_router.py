@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, TypeVar
 
 import grpc.aio
 
+from ._args import checked_seconds
 from ._grpc import Backoff, ChannelPool, TLSConfig, rpc_error
 from ._proto import api_pb2
 from .errors import (
     ClientClosedError,
-    InvalidArgumentError,
     LiftbridgeError,
     NoLeaderError,
     NoSuchStreamError,
@@ -264,8 +264,8 @@ class Router:
         attempts: int | None = None,
     ) -> T:
         self._check_open()
-        if timeout is not None and not timeout > 0:
-            raise InvalidArgumentError(f"timeout must be > 0 seconds, got {timeout!r}")
+        if timeout is not None:
+            checked_seconds(timeout, "timeout")
         loop = asyncio.get_running_loop()
         backoff = Backoff(loop.time() + (self.timeout if timeout is None else timeout))
         attempt = stale = 0

@@ -372,6 +372,10 @@ class LocalCluster:
         proc = self._liftbridge[i]
         return proc.pid if proc.running else None
 
+    def nats_pid(self) -> int | None:
+        """Process id of the nats-server while it runs, else None."""
+        return self._nats.pid if self._nats is not None and self._nats.running else None
+
     async def restart_node(self, i: int) -> None:
         """Start node ``i`` again (same id, port and data) and wait until it is back.
 
