@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from liftbridge_nats.client import Client
 from liftbridge_nats.messages import Ack, AckPolicy, Message, StartPosition, StopPosition
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,7 @@ class Record:
     headers: Mapping[str, bytes] = field(default_factory=dict)
 
 
-def run(coro: Any) -> Any:
+def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine from a synchronous Spark test."""
     return asyncio.run(coro)
 

@@ -15,6 +15,7 @@ from liftbridge_nats.spark._options import (
     parse_write_options,
 )
 from liftbridge_nats.spark._planning import (
+    Lookup,
     OffsetRange,
     cap_offsets,
     lookups_needed,
@@ -253,7 +254,7 @@ def _spec(default: Position, partitions: dict[int, Position]) -> PositionSpec:
 
 def test_resolve_bounds_defaults_and_json() -> None:
     hws = {"s": {0: 9, 1: -1, 2: 4}}
-    oldest = {("s", 0, EARLIEST): 0, ("s", 2, EARLIEST): 0}
+    oldest: dict[Lookup, int] = {("s", 0, EARLIEST): 0, ("s", 2, EARLIEST): 0}
     assert lookups_needed(hws, PositionSpec(EARLIEST)) == set(oldest)
     assert resolve_bounds(hws, PositionSpec(EARLIEST), PositionSpec(LATEST), oldest) == {
         "s": {0: (0, 10), 1: (0, 0), 2: (0, 5)}
@@ -274,7 +275,7 @@ def test_resolve_bounds_defaults_and_json() -> None:
         ("s", 2, t1),
         ("s", 0, t2),
     }
-    found = {("s", 0, t1): 4, ("s", 2, t1): 5, ("s", 0, t2): 8}
+    found: dict[Lookup, int] = {("s", 0, t1): 4, ("s", 2, t1): 5, ("s", 0, t2): 8}
     assert resolve_bounds(hws, PositionSpec(t1), _spec(LATEST, {0: t2}), found) == {
         "s": {0: (4, 8), 1: (0, 0), 2: (5, 5)}
     }
