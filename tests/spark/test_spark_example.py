@@ -38,3 +38,32 @@ def test_spark_pipeline_example(
     assert "match the commands" in out and "DO NOT MATCH" not in out
     # Every customer that placed an order has a line with its total.
     assert out.count("orders, total") == len(example.expected_totals(example.make_commands(200)))
+
+
+def test_spark_pipeline_example_streaming(
+    spark: SparkSession, liftbridge_cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The streaming mode: two command streams read by one query, stopped after the
+    # first half and restarted from its checkpoint for the second.
+    spec = importlib.util.spec_from_file_location("spark_pipeline_example_s", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    argv = [
+        "--nats",
+        liftbridge_cluster.nats_url,
+        "--brokers",
+        ",".join(liftbridge_cluster.brokers),
+        "--orders",
+        "120",
+        "--streaming",
+    ]
+    assert example.main(argv, spark=spark) == 0
+    out = capsys.readouterr().out
+    assert "match the commands" in out and "DO NOT MATCH" not in out
+    commands = example.make_commands(120)
+    half = len(commands) // 2
+    # Each run read exactly what was published since the one before: nothing twice.
+    assert f"run 1: published {half} commands, the query read {half} and" in out
+    rest = len(commands) - half
+    assert f"run 2: published {rest} commands, the query read {rest} and" in out
