@@ -341,7 +341,7 @@ def measure_local(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def measure_scaling(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Read and write rates on a standalone cluster with one worker, then two."""
-    from liftbridge_nats.testing._spark_cluster import SparkStandalone
+    from liftbridge_nats.testing import SparkStandalone
 
     brokers, nats_url, size = spec["brokers"], spec["nats_url"], spec["size"]
     rows = spec["scale_count"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats.testing._spark_cluster import SparkStandalone
+from liftbridge_nats.testing import SparkStandalone
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
