@@ -282,20 +282,25 @@ def run_streaming(
     return sum(p["numInputRows"] for p in query.recentProgress)
 
 
-def read_ledger(spark: SparkSession, brokers: list[str], ledger: str) -> dict[str, tuple[int, int]]:
-    """Totals per customer from the ledger, each command counted once (by its id)."""
+def stored_values(spark: SparkSession, brokers: list[str], stream: str) -> list[bytes]:
+    """Every value stored in ``stream``, read with the ``liftbridge`` source."""
     rows = (
         spark.read.format("liftbridge")
         .option("brokers", ",".join(brokers))
-        .option("stream", ledger)
+        .option("stream", stream)
         .load()
         .select("value")
         .collect()
     )
+    return [bytes(row.value) for row in rows]
+
+
+def read_ledger(spark: SparkSession, brokers: list[str], ledger: str) -> dict[str, tuple[int, int]]:
+    """Totals per customer from the ledger, each command counted once (by its id)."""
     seen: set[tuple[str, str]] = set()
     out: dict[str, tuple[int, int]] = {}
-    for row in rows:
-        entry: LedgerEntry = json.loads(row.value)
+    for value in stored_values(spark, brokers, ledger):
+        entry: LedgerEntry = json.loads(value)
         command = (entry["order_id"], entry["type"])
         if command in seen:
             continue  # delivered again by a retried task: at-least-once
@@ -307,17 +312,9 @@ def read_ledger(spark: SparkSession, brokers: list[str], ledger: str) -> dict[st
 
 def read_totals(spark: SparkSession, brokers: list[str], totals: str) -> dict[str, tuple[int, int]]:
     """The read model as stored in Liftbridge."""
-    rows = (
-        spark.read.format("liftbridge")
-        .option("brokers", ",".join(brokers))
-        .option("stream", totals)
-        .load()
-        .select("value")
-        .collect()
-    )
     out: dict[str, tuple[int, int]] = {}
-    for row in rows:
-        doc: CustomerTotal = json.loads(row.value)
+    for value in stored_values(spark, brokers, totals):
+        doc: CustomerTotal = json.loads(value)
         out[doc["customer"]] = (doc["total_cents"], doc["orders"])
     return out
 

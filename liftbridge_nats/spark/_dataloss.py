@@ -8,13 +8,12 @@ default) or skips them and logs a warning naming what was skipped.
 
 from __future__ import annotations
 
-import logging
-
+from liftbridge_nats._log import get_logger
 from liftbridge_nats.errors import LiftbridgeError
 
 __all__ = ["DataLossError", "data_loss", "missing_offsets"]
 
-_log = logging.getLogger("liftbridge_nats.spark")
+_log = get_logger("spark")
 
 _HOW_TO_SKIP = "set option 'failOnDataLoss' to false to skip what is gone (each skip is logged)"
 

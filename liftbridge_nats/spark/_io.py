@@ -4,29 +4,29 @@ Everything that talks to Liftbridge is async and is driven from Spark's synchron
 callbacks by one event loop per call (:func:`run`) or per task (``asyncio.Runner``).
 Connection failures come out as :class:`~liftbridge_nats.errors.NotConnectedError`
 naming the option to check, and never carry a credential: URLs are shown with their
-user-info masked and passwords, tokens and keys are never formatted into a message.
+user-info masked (the SDK's ``redact``) and passwords, tokens and keys are never
+formatted into a message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import ssl
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
+from liftbridge_nats._log import get_logger, redact
 from liftbridge_nats.client import Client
 from liftbridge_nats.errors import LiftbridgeError, NotConnectedError
 
 from ._security import GrpcTls, NatsAuth
 
-__all__ = ["client", "connect_nats", "new_client", "probe_nats", "redact_url", "run"]
+__all__ = ["client", "connect_nats", "new_client", "probe_nats", "run"]
 
 _T = TypeVar("_T")
-_log = logging.getLogger("liftbridge_nats.spark")
+_log = get_logger("spark")
 
 
 def new_client(brokers: tuple[str, ...], rpc_timeout: float, tls: GrpcTls | None) -> Client:
@@ -61,24 +61,13 @@ async def client(
         await lb.close()
 
 
-def redact_url(url: str) -> str:
-    """``url`` with any user-info (user, password, token) replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable URL>"
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
-
-
 def _nats_failure(
     servers: tuple[str, ...], auth: NatsAuth, causes: list[BaseException]
 ) -> NotConnectedError:
     """The one error a failed NATS connection becomes, without any credential in it."""
     import nats.errors
 
-    where = ",".join(redact_url(s) for s in servers)
+    where = ",".join(redact(s) for s in servers)
     if any(
         isinstance(e, nats.errors.AuthorizationError) or "authoriz" in str(e).lower()
         for e in causes
@@ -97,9 +86,7 @@ def _nats_failure(
             "server asks for a client certificate."
         )
     last = causes[-1]
-    detail = f"{type(last).__name__}: {last}"
-    for s in servers:
-        detail = detail.replace(s, redact_url(s))
+    detail = redact(f"{type(last).__name__}: {last}")
     hint = "check the URL and that the server runs"
     if "tls" in detail.lower() and not auth.tls:
         hint = "the server may require TLS: set 'nats.tls' (or 'nats.tls.ca') or use tls://"

@@ -182,18 +182,23 @@ def _one_of(opts: Options, *names: str) -> str | None:
     return given[0] if given else None
 
 
-def _starting(opts: Options, selection: StreamSelection, streaming: bool) -> PositionSpec:
-    # A batch read is a snapshot, so its start defaults to earliest; a stream follows
-    # what comes next, so it starts at latest unless told otherwise (Kafka's defaults).
-    default = LATEST if streaming else EARLIEST
-    which = _one_of(opts, "startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp")
+def _positions(
+    opts: Options,
+    selection: StreamSelection,
+    edge: str,
+    default: int,
+    allowed: tuple[int, ...],
+) -> PositionSpec:
+    """``<edge>Offsets``, ``<edge>Timestamp`` or ``<edge>OffsetsByTimestamp`` (at most
+    one of them), for ``edge`` "starting" or "ending"."""
+    which = _one_of(opts, f"{edge}Offsets", f"{edge}Timestamp", f"{edge}OffsetsByTimestamp")
     if which is None:
         return PositionSpec(default=default)
     raw = opts.get(which)
     assert raw is not None
-    if which == "startingTimestamp":
+    if which == f"{edge}Timestamp":
         return PositionSpec(default=parse_timestamp(raw, option=which))
-    if which == "startingOffsetsByTimestamp":
+    if which == f"{edge}OffsetsByTimestamp":
         return parse_timestamps(
             raw,
             option=which,
@@ -207,40 +212,28 @@ def _starting(opts: Options, selection: StreamSelection, streaming: bool) -> Pos
         selected=selection.matches,
         example_streams=selection.names,
         default=default,
-        # A batch read starting at latest is always empty: refuse it, as Kafka does.
-        allowed=(EARLIEST, LATEST) if streaming else (EARLIEST,),
+        allowed=allowed,
     )
+
+
+def _starting(opts: Options, selection: StreamSelection, streaming: bool) -> PositionSpec:
+    # A batch read is a snapshot, so its start defaults to earliest; a stream follows
+    # what comes next, so it starts at latest unless told otherwise (Kafka's defaults).
+    # A batch read starting at latest is always empty: refused, as Kafka does.
+    default = LATEST if streaming else EARLIEST
+    allowed = (EARLIEST, LATEST) if streaming else (EARLIEST,)
+    return _positions(opts, selection, "starting", default, allowed)
 
 
 def _ending(opts: Options, selection: StreamSelection, streaming: bool) -> PositionSpec:
-    which = _one_of(opts, "endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
-    if which is None:
-        return PositionSpec(default=LATEST)
     if streaming:
-        raise InvalidArgumentError(
-            f"option {which!r} is for batch reads only; a streaming query has no end "
-            "(use Trigger.AvailableNow to stop at what is stored now)."
-        )
-    raw = opts.get(which)
-    assert raw is not None
-    if which == "endingTimestamp":
-        return PositionSpec(default=parse_timestamp(raw, option=which))
-    if which == "endingOffsetsByTimestamp":
-        return parse_timestamps(
-            raw,
-            option=which,
-            selected=selection.matches,
-            example_streams=selection.names,
-            default=LATEST,
-        )
-    return parse_offsets(
-        raw,
-        option=which,
-        selected=selection.matches,
-        example_streams=selection.names,
-        default=LATEST,
-        allowed=(LATEST,),
-    )
+        which = _one_of(opts, "endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
+        if which is not None:
+            raise InvalidArgumentError(
+                f"option {which!r} is for batch reads only; a streaming query has no end "
+                "(use Trigger.AvailableNow to stop at what is stored now)."
+            )
+    return _positions(opts, selection, "ending", LATEST, (LATEST,))
 
 
 def parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOptions:

@@ -109,6 +109,22 @@ def _partition(key: str, option: str) -> int:
     return partition
 
 
+def _per_partition(
+    doc: Mapping[str, Mapping[str, object]],
+    option: str,
+    position: Callable[[object, str, int], Position],
+) -> dict[str, Mapping[int, Position]]:
+    """``{stream: {"0": value}}`` as positions, each value checked by ``position``."""
+    out: dict[str, Mapping[int, Position]] = {}
+    for stream, parts in doc.items():
+        found: dict[int, Position] = {}
+        for key, value in parts.items():
+            partition = _partition(key, option)
+            found[partition] = position(value, stream, partition)
+        out[stream] = found
+    return out
+
+
 def _check_streams(doc: Mapping[str, object], option: str, selected: Selected) -> None:
     """Refuse JSON naming streams the query does not read."""
     others = sorted(k for k in doc if not selected(k))
@@ -148,25 +164,23 @@ def parse_offsets(
             f"option {option!r} is {raw!r}: use {accepted} or JSON offsets such as "
             f"{_example(example_streams, '12')}."
         )
+
+    def offset(value: object, stream: str, partition: int) -> Position:
+        if type(value) is not int or value < EARLIEST:
+            raise InvalidArgumentError(
+                f"option {option!r} has {value!r} for {stream!r} partition {partition}; "
+                "use an offset >= 0, -2 for earliest or -1 for latest."
+            )
+        if value in _NAMES and value not in allowed:
+            raise InvalidArgumentError(
+                f"option {option!r} cannot use {value} ({_NAMES[value]}) for {stream!r} "
+                f"partition {partition}; use {accepted} or an offset >= 0."
+            )
+        return value
+
     doc = _json_doc(raw, option, example_streams, "12")
     _check_streams(doc, option, selected)
-    streams: dict[str, dict[int, Position]] = {}
-    for stream, parts in doc.items():
-        out: dict[int, Position] = {}
-        for key, value in parts.items():
-            partition = _partition(key, option)
-            if type(value) is not int or value < EARLIEST:
-                raise InvalidArgumentError(
-                    f"option {option!r} has {value!r} for {stream!r} partition {partition}; "
-                    "use an offset >= 0, -2 for earliest or -1 for latest."
-                )
-            if value in _NAMES and value not in allowed:
-                raise InvalidArgumentError(
-                    f"option {option!r} cannot use {value} ({_NAMES[value]}) for {stream!r} "
-                    f"partition {partition}; use {accepted} or an offset >= 0."
-                )
-            out[partition] = value
-        streams[stream] = out
+    streams = _per_partition(doc, option, offset)
     return PositionSpec(default=default, streams=streams)
 
 
@@ -192,18 +206,16 @@ def parse_timestamps(
     Partitions the JSON does not name get ``default`` (``EARLIEST`` for a start,
     ``LATEST`` for an end).
     """
+
+    def time(value: object, stream: str, partition: int) -> Position:
+        if type(value) is not int or value < 0:
+            raise InvalidArgumentError(
+                f"option {option!r} has {value!r} for {stream!r} partition {partition}; "
+                "use milliseconds since the Unix epoch (an integer >= 0)."
+            )
+        return At(value)
+
     doc = _json_doc(raw, option, example_streams, "1700000000000")
     _check_streams(doc, option, selected)
-    streams: dict[str, dict[int, Position]] = {}
-    for stream, parts in doc.items():
-        out: dict[int, Position] = {}
-        for key, value in parts.items():
-            partition = _partition(key, option)
-            if type(value) is not int or value < 0:
-                raise InvalidArgumentError(
-                    f"option {option!r} has {value!r} for {stream!r} partition {partition}; "
-                    "use milliseconds since the Unix epoch (an integer >= 0)."
-                )
-            out[partition] = At(value)
-        streams[stream] = out
+    streams = _per_partition(doc, option, time)
     return PositionSpec(default=default, streams=streams)

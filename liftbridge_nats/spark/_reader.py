@@ -8,7 +8,6 @@ bounded by ``StopPosition.OFFSET`` and hands Spark Arrow record batches.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Sequence
 from operator import attrgetter
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from liftbridge_nats._log import get_logger
 from liftbridge_nats.messages import Message
 
 from . import _io
@@ -33,7 +33,7 @@ from ._schema import arrow_read_schema
 
 __all__ = ["LiftbridgeReader", "messages_to_batch", "plan_bounds", "read_range"]
 
-_log = logging.getLogger("liftbridge_nats.spark")
+_log = get_logger("spark")
 
 # Rows per Arrow batch handed to Spark: large enough to amortise the per-batch cost,
 # small enough to keep a task's memory flat.

@@ -16,7 +16,6 @@ ends before where the query got to (deleted and created again), is data loss.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -29,6 +28,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from liftbridge_nats._log import get_logger
 from liftbridge_nats.errors import InvalidArgumentError
 
 from . import _io
@@ -54,7 +54,7 @@ from ._schema import arrow_read_schema
 
 __all__ = ["LiftbridgeStreamReader"]
 
-_log = logging.getLogger("liftbridge_nats.spark")
+_log = get_logger("spark")
 _FROM_OLDEST = PositionSpec(default=EARLIEST)
 
 

@@ -23,6 +23,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from liftbridge_nats._log import get_logger
 from liftbridge_nats.messages import AckPolicy
 
 from . import _io
@@ -39,7 +40,7 @@ __all__ = [
     "summarize",
 ]
 
-logger = logging.getLogger("liftbridge_nats.spark")
+logger = get_logger("spark")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 
 from liftbridge_nats.errors import ServerStartError
+from liftbridge_nats.testing._cluster import _Runtime
 from liftbridge_nats.testing._process import ServerProcess, free_ports, tail
 
 __all__ = ["SparkStandalone"]
@@ -40,21 +40,6 @@ def _spark_home() -> Path:
     if not (home / "bin" / "spark-class").exists():
         raise ServerStartError(f"pyspark at {home} has no bin/spark-class to start daemons with")
     return home
-
-
-class _Runtime:
-    """Processes and directory of a cluster, kept apart so a finalizer can free them."""
-
-    def __init__(self) -> None:
-        self.workdir: Path | None = None
-        self.processes: list[ServerProcess] = []
-
-    def cleanup(self) -> None:
-        for proc in reversed(self.processes):
-            proc.kill()
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
 
 
 class SparkStandalone:

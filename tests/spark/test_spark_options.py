@@ -332,11 +332,3 @@ def test_streaming_offsets_json_round_trip() -> None:
     assert doc == {"a": {"0": 1}, "orders": {"0": 12, "1": 5}}
     assert list(doc) == ["a", "orders"]  # sorted: equal offsets give equal JSON
     assert offsets_from_json(doc) == {"orders": {0: 12, 1: 5}, "a": {0: 1}}
-
-
-def test_redact_url_hides_credentials() -> None:
-    from liftbridge_nats.spark._io import redact_url
-
-    assert redact_url("nats://app:s3cret@127.0.0.1:4222") == "nats://***@127.0.0.1:4222"
-    assert redact_url("tls://token@h:1") == "tls://***@h:1"
-    assert redact_url("nats://h:1") == "nats://h:1"
