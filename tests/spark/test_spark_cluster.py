@@ -119,7 +119,9 @@ def test_streaming_read_and_write_on_the_cluster(
     )
 
 
-def _driver(cluster: Any, standalone: Any, streams: str, cp: Path, out: Path, *extra: str) -> Any:
+def _driver(
+    cluster: Any, standalone: Any, streams: str, cp: Path, out: Path, *extra: str
+) -> subprocess.Popen[bytes]:
     cmd = [
         sys.executable, str(DRIVER),
         "--master", standalone.master_url,
@@ -129,9 +131,13 @@ def _driver(cluster: Any, standalone: Any, streams: str, cp: Path, out: Path, *e
         "--out", str(out),
         *extra,
     ]  # fmt: skip
-    log = (cp.parent / f"driver-{len(list(cp.parent.glob('driver-*')))}.log").open("wb")
-    # A session of its own: the kill takes the driver JVM (its child) with it.
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log = cp.parent / f"driver-{len(list(cp.parent.glob('driver-*')))}.log"
+    # A session of its own: the kill takes the driver JVM (its child) with it. The
+    # child writes to its own copy of the log's descriptor.
+    with log.open("wb") as to_log:
+        return subprocess.Popen(
+            cmd, stdout=to_log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 def _batches(cp: Path, kind: str) -> set[int]:

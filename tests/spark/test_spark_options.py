@@ -141,6 +141,15 @@ def test_security_options_and_secrets(tmp_path: Path) -> None:
     assert pickle.loads(pickle.dumps(write)) == write
     for text in (repr(write), str(write), repr(auth.password), str(auth.password)):
         assert "pw-very-secret" not in text
+    # The NKey seed and the creds file stay files: nats-py reads them when it connects.
+    for option, argument in (
+        ("nats.nkeySeedFile", "nkeys_seed"),
+        ("nats.credsFile", "user_credentials"),
+    ):
+        auth = parse_write_options(
+            {"nats_url": "nats://h:1", "subject": "s", option: str(ca)}
+        ).nats_auth
+        assert auth.connect_options() == {argument: str(ca)}
     token = parse_write_options({"nats_url": "nats://h:1", "subject": "s", "nats.token": "t0k"})
     assert token.nats_auth.token is not None and "t0k" not in repr(token)
     assert token.nats_auth.connect_options() == {"token": "t0k"}
