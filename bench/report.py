@@ -500,8 +500,8 @@ def _spark_table(cases: list[Record]) -> list[str]:
         "rows over the task's run time as Spark reports it (no job scheduling). Sink: "
         '`df.write.format("liftbridge")` from a `local[2]` session, two tasks, ALL acks, '
         "two partitions, against one Python Publisher with `publish_nowait`. Scaling: a "
-        "standalone cluster (master and workers as processes, one core per worker), one "
-        "worker then two, reading a 4-partition stream and writing it to another. CPU "
+        "standalone cluster (master and workers as processes, one core per worker) with "
+        "one worker and with two, in alternating rounds, reading a 4-partition stream and writing it to another. CPU "
         "is that of every process involved (driver, JVM, Python workers; the cluster's "
         "daemons and executors), per row.",
         "",

@@ -291,7 +291,7 @@ class Runner:
             "read_count": self.settings.subscribe_count,
             "sink_count": self.settings.spark_sink_count,
             "scale_count": self.settings.spark_scale_count,
-            "scale_rounds": 1,
+            "scale_rounds": self.settings.spark_rounds,
         }
         cmd = [sys.executable, "-m", "bench.spark", json.dumps(spec)]
         counts = self.settings.spark_sink_count + self.settings.spark_scale_count

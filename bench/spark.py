@@ -471,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
             "read_count": args.rows,
             "sink_count": args.rows,
             "scale_count": args.rows // 2 if args.scale_rows is None else args.scale_rows,
-            "scale_rounds": 1,
+            "scale_rounds": args.rounds,
         }
         results = run(spec)
     for client in [c for c in CLIENTS if c in results]:
