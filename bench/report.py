@@ -501,7 +501,8 @@ def _spark_table(cases: list[Record]) -> list[str]:
         '`df.write.format("liftbridge")` from a `local[2]` session, two tasks, ALL acks, '
         "two partitions, against one Python Publisher with `publish_nowait`. Scaling: a "
         "standalone cluster (master and workers as processes, one core per worker) with "
-        "one worker and with two, in alternating rounds, reading a 4-partition stream and writing it to another. CPU "
+        "one worker and with two, in alternating rounds, reading a 4-partition stream "
+        "and writing it to another. CPU "
         "is that of every process involved (driver, JVM, Python workers; the cluster's "
         "daemons and executors), per row.",
         "",
