@@ -50,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--uvloop", action="store_true", help="run every Python client on uvloop")
     p.add_argument("--no-go", action="store_true", help="skip the go-liftbridge peer")
     p.add_argument("--no-gufo", action="store_true", help="skip the gufo-liftbridge peer")
+    p.add_argument("--no-spark", action="store_true", help="skip the Spark section")
     p.add_argument(
         "--only",
         action="append",
@@ -101,6 +102,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         changes["go"] = False
     if args.no_gufo:
         changes["gufo"] = False
+    if args.no_spark:
+        changes["spark"] = False
     if args.only:
         changes["case_filter"] = tuple(args.only)
     return s.with_(**changes)

@@ -37,7 +37,7 @@ SINGLE = Topology(1, 1)
 class Case:
     """One measurement: a client doing one thing under one configuration."""
 
-    section: str  # publish | latency | subscribe | memory
+    section: str  # publish | latency | subscribe | memory | spark
     client: str
     size: int
     count: int
@@ -60,7 +60,7 @@ class Case:
         """The configuration the case belongs to (shared by the clients it compares)."""
         if self.section == "latency":
             return f"{self.ack} {self.rate} msg/s {self.size} B"
-        if self.section == "subscribe":
+        if self.section in ("subscribe", "spark"):
             return f"{self.size} B"
         return f"{self.ack} {self.topology.label} {self.size} B"
 
@@ -113,6 +113,19 @@ def build(settings: Settings) -> list[Case]:
         cases.append(Case("memory", OURS, size, settings.memory_count))
         if settings.go:
             cases.append(Case("memory", GO_ASYNC, size, settings.memory_count))
+    if settings.spark:
+        from bench import spark
+
+        size = settings.sizes[0]
+        counts = {
+            spark.READ: settings.subscribe_count,
+            spark.READ_PEER: settings.subscribe_count,
+            spark.SINK: settings.spark_sink_count,
+            spark.SINK_PEER: settings.spark_sink_count,
+        }
+        for client in spark.CLIENTS:
+            count = counts.get(client, settings.spark_scale_count)
+            cases.append(Case("spark", client, size, count))
     if settings.case_filter:
         cases = [c for c in cases if any(f in c.id for f in settings.case_filter)]
     return cases

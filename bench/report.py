@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from bench import plan
+from bench import plan, spark
 
 Record = dict[str, Any]
 
@@ -178,6 +178,22 @@ def targets(record: Record) -> list[dict[str, Any]]:
                 5.0,
             )
         )
+    sp = [c for c in cases if c["section"] == "spark"]
+    if sp:
+        rows.append(
+            _target(
+                "Spark batch read rows/s per task ≥ 0.8x the SDK's subscribe, same partition",
+                _ratio(_rate(sp, spark.READ), _rate(sp, spark.READ_PEER)),
+                0.8,
+            )
+        )
+        rows.append(
+            _target(
+                "Spark sink (local[2]) ≥ 0.9x a single Publisher",
+                _ratio(_rate(sp, spark.SINK), _rate(sp, spark.SINK_PEER)),
+                0.9,
+            )
+        )
     return rows
 
 
@@ -242,6 +258,13 @@ def _machine_section(meta: Record) -> list[str]:
         f"{s['go_window'] or 'unbounded'} (our Publisher's default max_inflight)"
         + ("; every Python client on uvloop" if s.get("uvloop") else "")
     )
+    if s.get("spark"):
+        lines.append(
+            f"- Spark section: read of the subscribe stream's {s['subscribe_count']:,} "
+            f"messages, sink of {s['spark_sink_count']:,} rows, scaling runs of "
+            f"{s['spark_scale_count']:,} rows; {s['spark_rounds']} alternating round(s), the "
+            "median round reported"
+        )
     if meta.get("note"):
         lines.append(f"- Note: {meta['note']}")
     for peer, why in meta.get("peers_missing", {}).items():
@@ -448,6 +471,60 @@ def _memory_table(cases: list[Record]) -> list[str]:
     return out
 
 
+def _spark_table(cases: list[Record]) -> list[str]:
+    sp = [c for c in cases if c["section"] == "spark"]
+    if not sp:
+        return []
+
+    def row(client: str, what: str) -> str:
+        case = _find(sp, client)
+        if case is None:
+            return f"| {client} | {what} | | | |"
+        if not _ok(case):
+            return f"| {client} | {what} | failed | | |"
+        r = case["result"]
+        rounds = "/".join(f"{x / 1000:.0f}k" for x in r.get("rates_per_round", []))
+        return (
+            f"| {client} | {what} | {_num(r['rate'])} | {_num(r['cpu_us_per_msg'], 1)} | {rounds} |"
+        )
+
+    def ratio(a: str, b: str) -> str:
+        return _x(_ratio(_rate(sp, a), _rate(sp, b)))
+
+    count = {c["client"]: c["count"] for c in sp}
+    return [
+        "",
+        f"### Spark ({_size(sp[0]['size'])} values)",
+        "",
+        "Read: one task reads the whole partition into Spark's `noop` sink; its rate is "
+        "rows over the task's run time as Spark reports it (no job scheduling). Sink: "
+        '`df.write.format("liftbridge")` from a `local[2]` session, two tasks, ALL acks, '
+        "two partitions, against one Python Publisher with `publish_nowait`. Scaling: a "
+        "standalone cluster (master and workers as processes, one core per worker) with "
+        "one worker and with two, in alternating rounds, reading a 4-partition stream "
+        "and writing it to another. CPU "
+        "is that of every process involved (driver, JVM, Python workers; the cluster's "
+        "daemons and executors), per row.",
+        "",
+        "| case | what | rows/s | CPU µs/row | rounds |",
+        "|---|---|---:|---:|---|",
+        row(spark.READ, f"{count.get(spark.READ, 0):,} rows, one task"),
+        row(spark.READ_PEER, "`Client.subscribe`, the same partition"),
+        row(spark.SINK, f"{count.get(spark.SINK, 0):,} rows"),
+        row(spark.SINK_PEER, "`publish_nowait`, the same rows"),
+        row(spark.SCALE_READ_1, f"{count.get(spark.SCALE_READ_1, 0):,} rows, 4 partitions"),
+        row(spark.SCALE_READ_2, "the same, two workers"),
+        row(spark.SCALE_SINK_1, f"{count.get(spark.SCALE_SINK_1, 0):,} rows, 4 tasks"),
+        row(spark.SCALE_SINK_2, "the same, two workers"),
+        "",
+        f"Ratios: read per task / subscribe {ratio(spark.READ, spark.READ_PEER)} (goal 0.8x); "
+        f"sink / one Publisher {ratio(spark.SINK, spark.SINK_PEER)} (goal 0.9x); two workers "
+        f"/ one: read {ratio(spark.SCALE_READ_2, spark.SCALE_READ_1)}, sink "
+        f"{ratio(spark.SCALE_SINK_2, spark.SCALE_SINK_1)} (on 2 cores shared with the "
+        "servers and the driver).",
+    ]
+
+
 def _failures(cases: list[Record]) -> list[str]:
     bad = [c for c in cases if not _ok(c)]
     if not bad:
@@ -528,6 +605,7 @@ def markdown(record: Record, chart_name: str = "results.png") -> str:
     lines += _latency_table(cases)
     lines += _subscribe_table(cases)
     lines += _memory_table(cases)
+    lines += _spark_table(cases)
     lines += _failures(cases)
     lines.append("")
     return "\n".join(lines)

@@ -271,6 +271,39 @@ class Runner:
             }
         return out
 
+    async def run_spark(self, cases: list[Case]) -> dict[str, dict[str, Any]]:
+        """Every Spark case in one worker process (one Spark session, one JVM).
+
+        The read is measured on the subscribe cases' stream (one partition), the SDK's
+        subscribe beside it; see :mod:`bench.spark` for what each case does.
+        """
+        size = cases[0].size
+        try:
+            read_stream = await self._fill(size)
+        except Exception as exc:
+            return {c.id: {"error": f"{exc.__class__.__name__}: {exc}"} for c in cases}
+        spec = {
+            "nats_url": self.nats_url,
+            "brokers": self.brokers,
+            "size": size,
+            "rounds": self.settings.spark_rounds,
+            "read_stream": read_stream,
+            "read_count": self.settings.subscribe_count,
+            "sink_count": self.settings.spark_sink_count,
+            "scale_count": self.settings.spark_scale_count,
+            "scale_rounds": self.settings.spark_rounds,
+        }
+        cmd = [sys.executable, "-m", "bench.spark", json.dumps(spec)]
+        counts = self.settings.spark_sink_count + self.settings.spark_scale_count
+        limit = 600.0 + self.settings.spark_rounds * counts / 200
+        by_client = await self._exec(cmd, limit)
+        if "error" in by_client:
+            return {c.id: by_client for c in cases}
+        return {
+            c.id: by_client.get(c.client, {"error": "the Spark worker gave no figure"})
+            for c in cases
+        }
+
     async def run_rounds(self, cases: list[Case], index: int) -> dict[str, dict[str, Any]]:
         """Run the clients of one configuration in alternating rounds; report the median.
 
@@ -370,6 +403,12 @@ async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> di
                     ]
                     pooled.update(await runner.run_latency(partners, index))
                 result = pooled[case.id]
+            elif case.section == "spark":
+                if case.id not in pooled:
+                    pooled.update(
+                        await runner.run_spark([c for c in cases if c.section == "spark"])
+                    )
+                result = pooled[case.id]
             elif case.section in ("publish", "subscribe"):
                 if case.id not in pooled:
                     partners = [
@@ -422,6 +461,10 @@ async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> di
                 "rounds": settings.rounds,
                 "subscribe_count": settings.subscribe_count,
                 "memory_count": settings.memory_count,
+                "spark": settings.spark,
+                "spark_sink_count": settings.spark_sink_count,
+                "spark_scale_count": settings.spark_scale_count,
+                "spark_rounds": settings.spark_rounds,
                 "uvloop": settings.uvloop,
                 "go_window": runner.window,
                 "ours_ack_timeout": ours_ack_timeouts(),

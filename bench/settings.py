@@ -56,6 +56,13 @@ class Settings:
     gufo: bool
     out_dir: Path
     case_filter: tuple[str, ...] = field(default=())
+    # The Spark section (bench.spark): the source's read of one partition against the
+    # SDK's subscribe (on the subscribe cases' stream), the sink against one
+    # Publisher, and a standalone cluster with one worker, then two.
+    spark: bool = True
+    spark_sink_count: int = 300_000
+    spark_scale_count: int = 200_000
+    spark_rounds: int = 3
 
     @classmethod
     def full(cls) -> Settings:
@@ -109,6 +116,9 @@ class Settings:
             go=True,
             gufo=True,
             out_dir=out_dir,
+            spark_sink_count=2_000,
+            spark_scale_count=2_000,
+            spark_rounds=1,
         )
 
     def with_(self, **changes: object) -> Settings:
