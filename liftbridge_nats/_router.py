@@ -60,7 +60,7 @@ class Router:
     ) -> None:
         self.seeds = seeds
         self.timeout = timeout
-        self.pool = ChannelPool(tls)
+        self.pool = ChannelPool(tls, connect_timeout=timeout)
         self.cache = MetadataCache(metadata_max_age)
         self._refreshing: asyncio.Task[Metadata] | None = None
         self._closed = False

@@ -1,11 +1,11 @@
 """Reading a stream partition: Subscribe as an async iterator that survives fail-over.
 
 The server answers a Subscribe with one empty message once the subscription exists
-(or with an error status instead), then streams the partition. A reader thread per
-subscription reads the stream ahead into a small bounded buffer (see
-:mod:`._stream_reader`, which says why a thread); when the buffer is full the thread
-stops reading, so a slow consumer holds the server back through gRPC flow control
-instead of filling memory here.
+(or with an error status instead), then streams the partition. The event loop reads
+the stream ahead into a small bounded buffer (see :mod:`._stream_reader`), over one
+HTTP/2 connection per broker shared by every subscription to it (:mod:`._read_pool`);
+when the buffer is full the server is held back by flow control, so a slow consumer
+costs the server's patience, not memory here.
 
 When the stream breaks (the leader died, lost leadership, or the connection dropped)
 the iterator refreshes the metadata and subscribes again at the offset after the last
@@ -27,7 +27,7 @@ import grpc
 from ._args import checked_int, checked_name, checked_partition
 from ._grpc import Backoff, rpc_error
 from ._proto import api_pb2
-from ._stream_reader import OPENED, StreamEnd, StreamReader
+from ._stream_reader import MAX_BYTES, MAX_MESSAGES, OPENED, StreamEnd, StreamReader
 from .errors import (
     BadRequestError,
     ClientClosedError,
@@ -202,9 +202,9 @@ def subscription_options(
 
 
 def _cancel_all(readers: list[StreamReader]) -> None:
-    """Finalizer of a Subscription dropped unclosed: stop its reader threads."""
+    """Finalizer of a Subscription dropped unclosed: cancel its calls."""
     for reader in readers:
-        reader.cancel()
+        reader.cancel_threadsafe()
 
 
 class _Resubscribe(Exception):
@@ -224,9 +224,9 @@ class Subscription:
     (the first ``__anext__`` does it otherwise), which makes NEW_ONLY subscriptions
     see everything published after it returns.
 
-    Each open subscription has one thread that reads ahead of the iteration, at most
-    a few thousand messages or a few MiB of values; ``aclose()`` (and closing the
-    client) stops it.
+    An open subscription reads ahead of the iteration, at most about 4096 messages
+    and 4 MiB; it needs no thread of its own (every subscription is read by the event
+    loop). ``aclose()`` (and closing the client) ends the server stream.
     """
 
     def __init__(
@@ -236,8 +236,12 @@ class Subscription:
         *,
         resubscribe_wait: float = 30.0,
         group: api_pb2.Consumer | None = None,
+        max_messages: int = MAX_MESSAGES,
+        max_bytes: int = MAX_BYTES,
     ) -> None:
         self.options = options
+        self._max_messages = max_messages
+        self._max_bytes = max_bytes
         self._router = router
         self._resubscribe_wait = resubscribe_wait
         self._group = group
@@ -247,8 +251,8 @@ class Subscription:
         # The reader of the current server stream. Messages wait in its buffer, so a
         # cancelled __anext__ (say, under asyncio.wait_for) loses none.
         self._reader: StreamReader | None = None
-        # Every reader whose thread may still run (the current one included): aclose()
-        # waits for them, and a Subscription dropped unclosed cancels them.
+        # Every reader whose call may still run (the current one included): aclose()
+        # ends them, and a Subscription dropped unclosed cancels them.
         self._readers: list[StreamReader] = []
         weakref.finalize(self, _cancel_all, self._readers).atexit = False
         self._last_offset: int | None = None
@@ -282,7 +286,7 @@ class Subscription:
             await self._open(first=True)
 
     async def aclose(self) -> None:
-        """Stop reading, close the server stream and wait for its reader (idempotent)."""
+        """Stop reading and close the server stream (idempotent)."""
         self._done = True
         self._drop_reader()
         for reader in self._readers:
@@ -290,13 +294,13 @@ class Subscription:
         await self._reap()
 
     def _drop_reader(self) -> None:
-        """Cancel the current stream; its thread ends soon and _reap() collects it."""
+        """Cancel the current stream; _reap() forgets it."""
         reader, self._reader = self._reader, None
         if reader is not None:
             reader.cancel()
 
     async def _reap(self) -> None:
-        """Wait for the threads of the readers no longer in use."""
+        """Forget the readers no longer in use."""
         for reader in [r for r in self._readers if r is not self._reader]:
             await reader.wait_finished()
             if reader in self._readers:  # another task may have reaped it meanwhile
@@ -470,9 +474,10 @@ class Subscription:
         # everything up to the last delivered offset.
         reader = self._router.pool.subscribe(
             address,
-            self._request(),
+            self._request().SerializeToString(),
             skip_through=self._last_offset,
-            name=f"liftbridge-subscribe {opts.stream}/{opts.partition}",
+            max_messages=self._max_messages,
+            max_bytes=self._max_bytes,
         )
         self._readers.append(reader)
         try:
