@@ -32,6 +32,7 @@ from .errors import (
     NoStoredPositionError,
     NoSuchPartitionError,
     NoSuchStreamError,
+    NotAssignedError,
     NotConnectedError,
     NotLeaderError,
     PartitionPausedError,
@@ -65,6 +66,9 @@ _GRPC_SIDE = {
     "REPLICATION_MAX": ".client",
     "Client": ".client",
     "Consumer": ".groups",
+    "ConsumerRebalanceListener": ".groups",
+    "StreamPartition": ".groups",
+    "PartitionLag": ".lag",
     "Subscription": ".subscription",
 }
 
@@ -72,7 +76,8 @@ if TYPE_CHECKING:
     from ._grpc import TLSConfig
     from .activity import ActivityEvent, ActivityOp
     from .client import REPLICATION_MAX, Client
-    from .groups import Consumer
+    from .groups import Consumer, ConsumerRebalanceListener, StreamPartition
+    from .lag import PartitionLag
     from .subscription import Subscription
 
 
@@ -107,6 +112,7 @@ __all__ = [
     "ClientClosedError",
     "Consumer",
     "ConsumerGroupError",
+    "ConsumerRebalanceListener",
     "CursorsDisabledError",
     "EncryptionError",
     "Envelope",
@@ -126,9 +132,11 @@ __all__ = [
     "NoStoredPositionError",
     "NoSuchPartitionError",
     "NoSuchStreamError",
+    "NotAssignedError",
     "NotConnectedError",
     "NotLeaderError",
     "PartitionInfo",
+    "PartitionLag",
     "PartitionPausedError",
     "Partitioner",
     "PublishError",
@@ -148,6 +156,7 @@ __all__ = [
     "StopPosition",
     "StreamExistsError",
     "StreamInfo",
+    "StreamPartition",
     "Subscription",
     "TLSConfig",
     "__version__",

@@ -159,6 +159,10 @@ class StreamReader:
         self._handle: CallHandle | None = None
         self._opened = False
         self._ended = False
+        self.end: StreamEnd | None = None
+        """How the call ended, as soon as it did (its item may still wait in the buffer)."""
+        self.listener: Callable[[], object] | None = None
+        """Called whenever items arrive, after a waiting consumer was woken."""
         self._closing = False
         self._waiter: asyncio.Future[None] | None = None
         self._finished_callbacks: list[Callable[[StreamReader], object]] = []
@@ -199,6 +203,8 @@ class StreamReader:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        if self.listener is not None:
+            self.listener()
 
     def h2_need(self, size: int) -> None:
         """A message of ``size`` bytes is arriving in pieces: make the window fit it."""
@@ -225,6 +231,7 @@ class StreamReader:
         if self._ended:
             return
         self._ended = True
+        self.end = end
         self._buffer.append(end)
         self.h2_wake()
         callbacks, self._finished_callbacks = self._finished_callbacks, []
@@ -232,6 +239,25 @@ class StreamReader:
             callback(self)
 
     # ------------------------------------------------------------------ consumer side
+
+    @property
+    def buffered(self) -> bool:
+        """Whether an item waits to be taken."""
+        return bool(self._buffer)
+
+    def peek_offset(self) -> int | None:
+        """Offset of the next buffered message (decoded, not taken), None if none."""
+        handshake = not self._opened
+        for body in self._buffer:
+            if type(body) is not bytes:
+                return None
+            if handshake:
+                handshake = False
+                continue
+            offset = api_pb2.Message.FromString(body).offset
+            if offset > self._skip_through:
+                return offset
+        return None
 
     def get(self) -> Item | None:
         """The next item, or None when none is buffered yet."""

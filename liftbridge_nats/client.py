@@ -38,6 +38,7 @@ from ._publish_async import AsyncPublisher, publish_error
 from ._router import Router
 from .activity import ActivityStream
 from .errors import InvalidArgumentError, LiftbridgeError, NoSuchStreamError
+from .lag import PartitionLag, fetch_group_lag
 from .messages import Ack, AckPolicy, StartPosition, StopPosition
 from .metadata import Metadata, PartitionInfo, StreamInfo, partition_from_proto
 from .subscription import Subscription, TimeSpec, subscription_options
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from ._router import Stub
-    from .groups import Consumer
+    from .groups import Consumer, ConsumerRebalanceListener
 
 __all__ = ["REPLICATION_MAX", "Client", "TLSConfig"]
 
@@ -448,16 +449,22 @@ class Client:
         auto_checkpoint_interval: float | None = 5.0,
         start_position: StartPosition | None = StartPosition.EARLIEST,
         assignment_interval: float | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+        handover_wait: float = 0.2,
     ) -> Consumer:
         """A member of consumer group ``group_id`` reading ``streams``.
 
         ``async with client.consumer("g", ["orders"]) as consumer: async for msg in
-        consumer: ...``. Partitions are assigned by the group coordinator; positions are
-        checkpointed to cursors every ``auto_checkpoint_interval`` seconds (None: only on
-        ``await consumer.checkpoint()``) and on close. A partition without a stored
-        position starts at ``start_position`` (EARLIEST, LATEST or NEW_ONLY; None makes
-        it an error). ``assignment_interval`` overrides the heartbeat interval the
-        server suggests (40% of its consumer timeout).
+        consumer: ...`` (or ``getmany``). Partitions are assigned by the group
+        coordinator. Positions are committed to cursors every
+        ``auto_checkpoint_interval`` seconds, when a partition is handed to another
+        member and on close; with None, commits are manual: only
+        ``await consumer.commit()`` stores positions. A partition without a stored
+        position starts at ``start_position`` (EARLIEST, LATEST or NEW_ONLY; None
+        makes it an error). ``assignment_interval`` overrides the heartbeat interval
+        the server suggests (40% of its consumer timeout). ``listener`` is told of
+        partitions assigned and revoked. ``handover_wait`` is how long a member taking
+        a partition over waits for the previous owner's last commit before it reads.
         """
         from .groups import Consumer
 
@@ -470,9 +477,23 @@ class Client:
             start_position=start_position,
             assignment_interval=assignment_interval,
             resubscribe_wait=self._resubscribe_wait,
+            listener=listener,
+            handover_wait=handover_wait,
         )
         self._consumers.add(consumer)
         return consumer
+
+    async def fetch_group_lag(
+        self, group_id: str, streams: str | Sequence[str], *, timeout: float | None = None
+    ) -> list[PartitionLag]:
+        """How far consumer group ``group_id`` trails on each partition of ``streams``:
+        its committed position (cursor) against the partition's newest offset."""
+        return await fetch_group_lag(
+            self._router,
+            group_id,
+            [streams] if isinstance(streams, str) else list(streams),
+            timeout=timeout,
+        )
 
     # ------------------------------------------------------------------ publishing
 

@@ -174,6 +174,11 @@ class NoStoredPositionError(ConsumerGroupError):
     retriable = False
 
 
+class NotAssignedError(InvalidArgumentError):
+    """The partition is not assigned to this consumer-group member (see
+    ``Consumer.assignments``): it cannot be sought, paused or asked its position."""
+
+
 class CursorsDisabledError(LiftbridgeError):
     """The cluster keeps no cursors: start the brokers with ``cursors.stream.partitions`` > 0."""
 

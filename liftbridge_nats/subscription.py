@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -238,6 +239,7 @@ class Subscription:
         group: api_pb2.Consumer | None = None,
         max_messages: int = MAX_MESSAGES,
         max_bytes: int = MAX_BYTES,
+        listener: Callable[[], object] | None = None,
     ) -> None:
         self.options = options
         self._max_messages = max_messages
@@ -256,6 +258,10 @@ class Subscription:
         self._readers: list[StreamReader] = []
         weakref.finalize(self, _cancel_all, self._readers).atexit = False
         self._last_offset: int | None = None
+        # An error met by _take_many after some messages: raised by the next take.
+        self._error: LiftbridgeError | None = None
+        # Called (on the event loop) whenever the current stream has something new.
+        self._listener: Callable[[], object] | None = listener
         self._done = False
         self._started = False
         self.resubscribes = 0
@@ -287,24 +293,27 @@ class Subscription:
 
     async def aclose(self) -> None:
         """Stop reading and close the server stream (idempotent)."""
+        self._abandon()
+
+    def _abandon(self) -> None:
+        """End the iteration now and cancel every call (no I/O to wait for)."""
         self._done = True
         self._drop_reader()
         for reader in self._readers:
             reader.cancel()  # a subscribe in progress in another task too
-        await self._reap()
+        self._readers.clear()
 
     def _drop_reader(self) -> None:
-        """Cancel the current stream; _reap() forgets it."""
+        """Cancel the current stream and forget it."""
         reader, self._reader = self._reader, None
         if reader is not None:
             reader.cancel()
-
-    async def _reap(self) -> None:
-        """Forget the readers no longer in use."""
-        for reader in [r for r in self._readers if r is not self._reader]:
-            await reader.wait_finished()
-            if reader in self._readers:  # another task may have reaped it meanwhile
+            if reader in self._readers:
                 self._readers.remove(reader)
+
+    def _reap(self) -> None:
+        """Forget the readers that ended, except the current one."""
+        self._readers[:] = [r for r in self._readers if r is self._reader or not r.finished]
 
     # ------------------------------------------------------------------ iteration
 
@@ -313,18 +322,29 @@ class Subscription:
 
     async def __anext__(self) -> Message:
         while True:
+            message = self._take()
+            if message is not None:
+                return message
             if self._done:
-                if self._readers:
-                    await self._reap()
                 raise StopAsyncIteration
             reader = self._reader
             if reader is None:
                 await self._open(first=not self._started)
-                continue
+            else:
+                await reader.wait()
+
+    def _take(self) -> Message | None:
+        """The next buffered message, or None. Meeting the end of a server stream, it
+        decides what follows (no I/O: the caller subscribes again or stops)."""
+        error = self._error
+        if error is not None:
+            self._error = None
+            raise error
+        reader = self._reader
+        while reader is not None:
             item = reader.get()
             if item is None:
-                await reader.wait()
-                continue
+                return None
             if type(item) is Message:
                 # (The reader drops offsets at or below the last delivered one: a
                 # resubscription can replay some, see _try_open.)
@@ -335,11 +355,48 @@ class Subscription:
                 return item
             assert isinstance(item, StreamEnd), item
             self._drop_reader()
-            try:
-                self._on_stream_end(item)
-            finally:
-                if self._done:
-                    await self._reap()
+            self._on_stream_end(item)
+            return None
+        return None
+
+    def _take_many(self, limit: int) -> list[Message]:
+        """Up to ``limit`` buffered messages, without waiting. An error met after some
+        messages is kept for the next call, so that those are delivered first."""
+        out: list[Message] = []
+        take = self._take
+        try:
+            while len(out) < limit:
+                message = take()
+                if message is None:
+                    break
+                out.append(message)
+        except LiftbridgeError as exc:
+            if not out:
+                raise
+            self._error = exc
+        return out
+
+    @property
+    def _buffered(self) -> bool:
+        """Whether a message (or the end of a stream) waits to be taken."""
+        reader = self._reader
+        return self._error is not None or (reader is not None and reader.buffered)
+
+    @property
+    def _handed_over(self) -> bool:
+        """A group member's stream was ended by the server: another member (with a
+        newer group epoch) subscribed to the partition."""
+        reader = self._reader
+        end = None if reader is None else reader.end
+        return (
+            self._group is not None and end is not None and end.error is None and not end.cancelled
+        )
+
+    async def _ensure_open(self) -> bool:
+        """Subscribe (again) if the stream ended; False once the iteration is over."""
+        if not self._done and self._reader is None:
+            await self._open(first=not self._started)
+        return not self._done
 
     def _on_stream_end(self, end: StreamEnd) -> None:
         error = end.error
@@ -420,8 +477,7 @@ class Subscription:
         try:
             await self._open_retrying(first=first)
         finally:
-            if self._done:
-                await self._reap()
+            self._reap()
 
     async def _open_retrying(self, *, first: bool) -> None:
         loop = asyncio.get_running_loop()
@@ -464,7 +520,7 @@ class Subscription:
         ):
             self._done = True
             return None
-        await self._reap()  # the readers of earlier attempts
+        self._reap()  # the readers of earlier attempts
         address = await self._router.leader_address(
             opts.stream, opts.partition, replica=opts.read_isr_replica
         )
@@ -494,6 +550,9 @@ class Subscription:
             reader.cancel()
             raise
         if first is OPENED and not self._done:
+            reader.listener = self._listener
+            if self._listener is not None and reader.buffered:
+                self._listener()
             return reader
         reader.cancel()
         if self._done:
