@@ -24,6 +24,10 @@ BARE_UVLOOP = "bare+uvloop"
 GUFO_SUB = "gufo subscribe"
 GO_SUB = "go Subscribe"
 GRPC_SUB = "raw grpc.aio"
+GRPC_SYNC_SUB = "raw grpc sync thread"
+FANOUT_TASKS = "ours, a task per partition"
+FANOUT_CONSUMER = "ours, one consumer"
+FANOUT_CLIENTS = (FANOUT_TASKS, FANOUT_CONSUMER)
 
 GUFO_CLIENTS = (GUFO_UNARY, GUFO_BULK, GUFO_SUB)
 GO_CLIENTS = (GO_ASYNC, GO_SYNC, GO_SUB)
@@ -37,7 +41,7 @@ SINGLE = Topology(1, 1)
 class Case:
     """One measurement: a client doing one thing under one configuration."""
 
-    section: str  # publish | latency | subscribe | memory
+    section: str  # publish | latency | subscribe | fanout | memory
     client: str
     size: int
     count: int
@@ -53,6 +57,8 @@ class Case:
             parts += [self.ack, self.topology.label]
         if self.section == "latency":
             parts += [self.ack, f"{self.rate}mps"]
+        if self.section == "fanout":
+            parts.append(f"p{self.topology.partitions}")
         return "/".join(parts)
 
     @property
@@ -62,6 +68,8 @@ class Case:
             return f"{self.ack} {self.rate} msg/s {self.size} B"
         if self.section == "subscribe":
             return f"{self.size} B"
+        if self.section == "fanout":
+            return f"{self.topology.partitions} partitions"
         return f"{self.ack} {self.topology.label} {self.size} B"
 
 
@@ -101,13 +109,24 @@ def build(settings: Settings) -> list[Case]:
             for client in (OURS, BARE):
                 cases.append(Case("latency", client, size, count, rate=rate))
     for size in settings.sizes:
-        clients = [OURS, GRPC_SUB]
+        clients = [OURS, GRPC_SUB, GRPC_SYNC_SUB]
         if settings.gufo:
             clients.append(GUFO_SUB)
         if settings.go:
             clients.append(GO_SUB)
         for client in clients:
             cases.append(Case("subscribe", client, size, settings.subscribe_count))
+    for partitions in settings.fanout_partitions:
+        for client in FANOUT_CLIENTS:
+            cases.append(
+                Case(
+                    "fanout",
+                    client,
+                    settings.sizes[0],
+                    settings.fanout_count,
+                    topology=Topology(partitions, 1),
+                )
+            )
     if settings.memory_count:
         size = settings.sizes[0]
         cases.append(Case("memory", OURS, size, settings.memory_count))

@@ -228,8 +228,12 @@ class Fetcher:
         return out
 
     async def wait(self, timeout: float | None) -> None:
-        """Until a partition is ready, :meth:`wake` is called, or ``timeout`` passes."""
-        if self._ready or self._failures:
+        """Until a partition becomes ready, :meth:`wake` is called, or ``timeout`` passes.
+
+        Call it right after :meth:`collect` found nothing (no await in between: a
+        partition ready now but not wanted by that collect must not end the wait).
+        """
+        if self._failures:
             return
         waiter = self._waiter = asyncio.get_running_loop().create_future()
         try:

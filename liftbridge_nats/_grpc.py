@@ -164,11 +164,23 @@ class ChannelPool:
     HTTP/2 connection per broker, read by the event loop (see :mod:`._h2` for why).
     """
 
-    def __init__(self, tls: TLSConfig | None = None, *, connect_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        tls: TLSConfig | None = None,
+        *,
+        connect_timeout: float = 10.0,
+        read_ahead_messages: int = MAX_MESSAGES,
+        read_ahead_bytes: int = MAX_BYTES,
+    ) -> None:
         self._tls = tls
         self._creds = tls.credentials() if tls is not None else None
         self._channels: dict[str, tuple[grpc.aio.Channel, APIAsyncStub]] = {}
-        self.reads = ReadPool(tls, connect_timeout=connect_timeout)
+        self.reads = ReadPool(
+            tls,
+            connect_timeout=connect_timeout,
+            max_messages=read_ahead_messages,
+            max_bytes=read_ahead_bytes,
+        )
 
     def _options(self) -> list[tuple[str, str | int]]:
         options: list[tuple[str, str | int]] = [
@@ -200,17 +212,9 @@ class ChannelPool:
         request: bytes,
         *,
         skip_through: int | None,
-        max_messages: int = MAX_MESSAGES,
-        max_bytes: int = MAX_BYTES,
     ) -> StreamReader:
         """Start a Subscribe call (serialized ``request``) to ``address``; its reader."""
-        return self.reads.subscribe(
-            address,
-            request,
-            skip_through=skip_through,
-            max_messages=max_messages,
-            max_bytes=max_bytes,
-        )
+        return self.reads.subscribe(address, request, skip_through=skip_through)
 
     async def close(self) -> None:
         """Close every channel and connection (cancels the calls still running on them)."""

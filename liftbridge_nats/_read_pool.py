@@ -16,7 +16,7 @@ import ssl
 from typing import TYPE_CHECKING
 
 from ._h2 import UNAVAILABLE, H2Connection, H2ProtocolError, Status
-from ._stream_reader import CallHandle, StreamReader, status_error
+from ._stream_reader import MAX_BYTES, MAX_MESSAGES, CallHandle, StreamReader, status_error
 from .errors import ClientClosedError
 
 if TYPE_CHECKING:
@@ -201,8 +201,17 @@ def _unreachable(exc: BaseException) -> BaseException:
 class ReadPool:
     """HTTP/2 connections for reading, one per broker address, opened on first use."""
 
-    def __init__(self, tls: TLSConfig | None, *, connect_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        tls: TLSConfig | None,
+        *,
+        connect_timeout: float = 10.0,
+        max_messages: int = MAX_MESSAGES,
+        max_bytes: int = MAX_BYTES,
+    ) -> None:
         self._tls = tls
+        self.max_messages = max_messages
+        self.max_bytes = max_bytes
         self._ssl: ssl.SSLContext | None = None
         self.connect_timeout = connect_timeout
         self._connections: dict[str, _Connection] = {}
@@ -233,14 +242,13 @@ class ReadPool:
         request: bytes,
         *,
         skip_through: int | None,
-        max_messages: int,
-        max_bytes: int,
     ) -> StreamReader:
-        """Start a Subscribe call (a serialized request) to ``address``; its reader."""
+        """Start a Subscribe call (a serialized request) to ``address``; its reader
+        (read-ahead bounded by the pool's ``max_messages`` and ``max_bytes``)."""
         if self._closed:
             raise ClientClosedError("the client is closed; open a new Client")
         reader = StreamReader(
-            skip_through=skip_through, max_messages=max_messages, max_bytes=max_bytes
+            skip_through=skip_through, max_messages=self.max_messages, max_bytes=self.max_bytes
         )
         conn = self._connections.get(address)
         if conn is None or not conn.usable:

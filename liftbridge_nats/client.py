@@ -36,6 +36,7 @@ from ._grpc import TLSConfig, parse_brokers
 from ._proto import api_pb2
 from ._publish_async import AsyncPublisher, publish_error
 from ._router import Router
+from ._stream_reader import MAX_BYTES, MAX_MESSAGES, MIN_WINDOW
 from .activity import ActivityStream
 from .errors import InvalidArgumentError, LiftbridgeError, NoSuchStreamError
 from .lag import PartitionLag, fetch_group_lag
@@ -64,7 +65,10 @@ class Client:
     the client discovers the rest of the cluster from them. ``tls`` is a
     :class:`TLSConfig` (or True for TLS with the system's CA roots). ``timeout`` bounds
     each call, retries included. ``resubscribe_wait`` bounds how long a subscription
-    looks for a new partition leader after losing the old one.
+    looks for a new partition leader after losing the old one. Each subscription (and
+    each partition a consumer reads) reads ahead of its consumer at most about
+    ``read_ahead_messages`` messages and never more than ``read_ahead_bytes`` bytes
+    (at least 16 KiB), so memory grows with the partitions read, by that much each.
 
     Use it as ``async with Client([...]) as client:``; leaving the block closes every
     channel and subscription.
@@ -78,15 +82,21 @@ class Client:
         timeout: float = 10.0,
         resubscribe_wait: float = 30.0,
         metadata_max_age: float = 30.0,
+        read_ahead_messages: int = MAX_MESSAGES,
+        read_ahead_bytes: int = MAX_BYTES,
     ) -> None:
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
             raise InvalidArgumentError("timeout must be > 0 seconds")
+        checked_int(read_ahead_messages, "read_ahead_messages", low=1)
+        checked_int(read_ahead_bytes, "read_ahead_bytes", low=MIN_WINDOW)
         tls_config = TLSConfig() if tls is True else (tls or None)
         self._router = Router(
             parse_brokers(brokers),
             tls=tls_config,
             timeout=timeout,
             metadata_max_age=metadata_max_age,
+            read_ahead_messages=read_ahead_messages,
+            read_ahead_bytes=read_ahead_bytes,
         )
         self._resubscribe_wait = resubscribe_wait
         self._async_publisher: AsyncPublisher | None = None
@@ -450,7 +460,7 @@ class Client:
         start_position: StartPosition | None = StartPosition.EARLIEST,
         assignment_interval: float | None = None,
         listener: ConsumerRebalanceListener | None = None,
-        handover_wait: float = 0.2,
+        handover_wait: float = 0.5,
     ) -> Consumer:
         """A member of consumer group ``group_id`` reading ``streams``.
 

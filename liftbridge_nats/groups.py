@@ -128,7 +128,7 @@ class Consumer:
         assignment_interval: float | None = None,
         resubscribe_wait: float = 30.0,
         listener: ConsumerRebalanceListener | None = None,
-        handover_wait: float = 0.2,
+        handover_wait: float = 0.5,
     ) -> None:
         if not group_id:
             raise InvalidArgumentError("group_id must not be empty")
@@ -602,10 +602,21 @@ class Consumer:
                 self._assigned.set()
 
     def _on_lost(self, part: PartitionState) -> None:
-        """The server ended a partition's stream: another member took it over."""
-        task = asyncio.ensure_future(self._release([part.key]))
+        """The server ended a partition's stream: another member took it over. What
+        the iteration took from it is not delivered; the rest of the hand-back (the
+        commit the new owner waits for) follows at once in a task."""
+        self._forget_taken(part)
+        task = asyncio.ensure_future(self._hand_back(part))
         self._tasks.append(task)
         task.add_done_callback(self._forget_task)
+
+    async def _hand_back(self, part: PartitionState) -> None:
+        # The new owner reads the committed position again ``handover_wait`` after it
+        # took the partition: commit first, before anything else can delay it.
+        if self._auto_checkpoint is not None:
+            with contextlib.suppress(LiftbridgeError):
+                await self._commit_parts([part])
+        await self._release([part.key])
 
     def _forget_task(self, task: asyncio.Task[None]) -> None:
         if task in self._tasks:

@@ -68,7 +68,7 @@ async def fetch_group_lag(
         info = metadata.streams.get(stream)
         if info is None:
             raise NoSuchStreamError(
-                f"no stream {stream!r} in the cluster; check the name", code="NOT_FOUND"
+                f"stream {stream} does not exist; check the name", code="NOT_FOUND"
             )
         keys += [(stream, pid) for pid in sorted(info.partitions)]
 

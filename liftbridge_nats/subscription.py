@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 import weakref
 from collections.abc import Callable
@@ -28,7 +29,7 @@ import grpc
 from ._args import checked_int, checked_name, checked_partition
 from ._grpc import Backoff, rpc_error
 from ._proto import api_pb2
-from ._stream_reader import MAX_BYTES, MAX_MESSAGES, OPENED, StreamEnd, StreamReader
+from ._stream_reader import OPENED, StreamEnd, StreamReader
 from .errors import (
     BadRequestError,
     ClientClosedError,
@@ -64,6 +65,8 @@ _STOP_PB = {
     StopPosition.LATEST: api_pb2.STOP_LATEST,
     StopPosition.TIMESTAMP: api_pb2.STOP_TIMESTAMP,
 }
+# Serial numbers of group-member subscriptions (see Subscription._request).
+_SUBSCRIPTIONS = itertools.count(1)
 # The server says this when a stop position lies before the start: an empty range.
 _EMPTY_RANGE = "stop offset is before start offset"
 
@@ -237,13 +240,9 @@ class Subscription:
         *,
         resubscribe_wait: float = 30.0,
         group: api_pb2.Consumer | None = None,
-        max_messages: int = MAX_MESSAGES,
-        max_bytes: int = MAX_BYTES,
         listener: Callable[[], object] | None = None,
     ) -> None:
         self.options = options
-        self._max_messages = max_messages
-        self._max_bytes = max_bytes
         self._router = router
         self._resubscribe_wait = resubscribe_wait
         self._group = group
@@ -470,6 +469,14 @@ class Subscription:
         )
         if self._group is not None:
             req.consumer.CopyFrom(self._group)
+            # Server trap (v1.9.0): a partition remembers one group subscriber, and a
+            # subscription that ends forgets the one registered under its consumer id,
+            # even when that is a newer subscription of the same member. Re-subscribing
+            # (after a fail-over, a seek, a hand-over check) would then leave the
+            # partition unguarded: another member's subscription would not end ours,
+            # and both would read it. The server uses this id for nothing else, so
+            # each subscription names itself apart (the member id, then a serial).
+            req.consumer.consumerId = f"{self._group.consumerId}/{next(_SUBSCRIPTIONS)}"
         return req
 
     async def _open(self, *, first: bool) -> None:
@@ -532,8 +539,6 @@ class Subscription:
             address,
             self._request().SerializeToString(),
             skip_through=self._last_offset,
-            max_messages=self._max_messages,
-            max_bytes=self._max_bytes,
         )
         self._readers.append(reader)
         try:

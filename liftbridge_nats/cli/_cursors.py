@@ -10,9 +10,6 @@ from liftbridge_nats.errors import NoSuchStreamError
 from ._common import EXIT_ERROR, EXIT_OK, add_connection_options, non_negative_int, open_client
 from ._output import Console, key_values, table
 
-# Consumer groups commit their positions as cursors under this id (as the Go client does).
-GROUP_CURSOR_PREFIX = "__group:"
-
 
 def register(commands: Any) -> None:
     """Add the ``cursor`` and ``group`` command groups."""
@@ -95,27 +92,21 @@ async def _describe(args: argparse.Namespace, console: Console) -> int:
     async with open_client(args) as client:
         metadata = await client.fetch_metadata(groups=[args.group_id])
         info = metadata.groups.get(args.group_id)
-        rows: list[dict[str, Any]] = []
-        for stream in args.stream:
-            try:
-                stream_info = await client.stream_info(stream, refresh=True)
-            except NoSuchStreamError:
-                console.error(f"stream {stream} does not exist")
-                return EXIT_ERROR
-            for pid in sorted(stream_info.partitions):
-                newest = stream_info.partitions[pid].newest_offset
-                committed = await client.fetch_cursor(
-                    GROUP_CURSOR_PREFIX + args.group_id, stream, pid
-                )
-                rows.append(
-                    {
-                        "stream": stream,
-                        "partition": pid,
-                        "committed": committed,
-                        "newest": newest,
-                        "lag": max(0, newest - committed),
-                    }
-                )
+        try:
+            lags = await client.fetch_group_lag(args.group_id, args.stream)
+        except NoSuchStreamError as exc:
+            console.error(str(exc))
+            return EXIT_ERROR
+        rows: list[dict[str, Any]] = [
+            {
+                "stream": lag.stream,
+                "partition": lag.partition,
+                "committed": lag.committed,
+                "newest": lag.newest,
+                "lag": lag.lag,
+            }
+            for lag in lags
+        ]
     if args.json:
         console.json(
             {
