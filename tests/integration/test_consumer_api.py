@@ -234,8 +234,10 @@ async def test_rebalance_listener(liftbridge_cluster: Any, unique_name: Any) -> 
             second = member(client, group, name)
             async with second:
                 await wait_for(
-                    lambda: bool(second.assignments)
-                    and len(first.assignments) + len(second.assignments) == PARTITIONS,
+                    lambda: (
+                        bool(second.assignments)
+                        and len(first.assignments) + len(second.assignments) == PARTITIONS
+                    ),
                     "the second member to get partitions",
                 )
                 await wait_for(lambda: recorder.calls[-1][0] == "revoked", "the revocation")

@@ -43,9 +43,7 @@ async def test_three_members_sixty_four_partitions_exactly_once(
         await client.create_stream(stream, stream, partitions=PARTITIONS)
 
         def member(name: str) -> Consumer:
-            return client.consumer(
-                group, [stream], consumer_id=name, assignment_interval=0.3
-            )
+            return client.consumer(group, [stream], consumer_id=name, assignment_interval=0.3)
 
         members: dict[str, Consumer] = {}
         tasks: dict[str, asyncio.Task[None]] = {}
