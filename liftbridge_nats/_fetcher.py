@@ -58,6 +58,7 @@ class PartitionState:
         "paused",
         "pending",
         "ready",
+        "seeks",
         "settled",
         "start",
         "sub",
@@ -81,6 +82,7 @@ class PartitionState:
         self.paused = False
         self.holding = False
         self.settled = False  # the hand-over wait is behind it
+        self.seeks = 0  # counts seeks: a subscribe in progress when one comes is dropped
         self.lost = False
         self.error: LiftbridgeError | None = None
 
@@ -249,6 +251,7 @@ class Fetcher:
     def seek(self, part: PartitionState, start: int | StartPosition) -> None:
         """Read the partition from ``start`` next (what was read ahead is dropped)."""
         part.start = start
+        part.seeks += 1
         part.pending = []
         part.last = start - 1 if isinstance(start, int) else None
         part.ready = False
@@ -291,12 +294,11 @@ class Fetcher:
                 sub = part.sub
                 if sub is None:
                     sub = await self._subscribe(part)
-                    if sub is None:
-                        continue
-                elif not await sub._ensure_open():
-                    if not part.lost:
-                        self.lose(part)  # the server ended it: the partition moved
+                elif not await sub._ensure_open() and part.sub is sub:
+                    self.lose(part)  # the server ended it: the partition moved
                     return
+                if sub is None or part.sub is not sub:
+                    continue  # a seek replaced it meanwhile (or it was lost)
                 part.attention = loop.create_future()
                 self.make_ready(part)
                 await part.attention
@@ -312,8 +314,17 @@ class Fetcher:
             part.attention = None
 
     async def _subscribe(self, part: PartitionState) -> Subscription | None:
+        """Subscribe where the partition should start; None when a seek (or the hand-
+        over check) decided otherwise meanwhile: the caller tries again."""
         stream, partition = part.key
-        start = await self._start_options(part)
+        seeks = part.seeks
+        start, last, committed = await self._start_options(part)
+        if part.seeks != seeks:
+            return None
+        if last is not None:
+            part.last = last
+        if committed is not None:
+            part.committed = committed
         group = api_pb2.Consumer()
         group.CopyFrom(self._group)
         group.groupEpoch = part.epoch
@@ -325,53 +336,58 @@ class Fetcher:
             listener=functools.partial(self._on_data, part),
         )
         part.sub = sub
+        part.start = None
         part.holding = self._handover_wait > 0 and not part.settled
         try:
             await sub.start()
-            if part.holding:
+            if part.holding and part.seeks == seeks:
                 part.settled = True
-                moved = await self._settle_handover(part)
-                if moved:
-                    sub._abandon()
-                    part.sub = None
-                    return None
+                await self._settle_handover(part)
         finally:
             part.holding = False
+        if part.seeks != seeks or part.sub is not sub:
+            sub._abandon()
+            if part.sub is sub:
+                part.sub = None
+            return None
         return sub
 
-    async def _settle_handover(self, part: PartitionState) -> bool:
+    async def _settle_handover(self, part: PartitionState) -> None:
         """After subscribing: give a previous owner (whose stream this subscription
-        just ended) time to commit, then read the committed position again. True when
-        it moved past where this subscription started: start over from there."""
+        just ended) time to commit, then read the committed position again. When it
+        moved past where this subscription started, start over from there (as a seek
+        would)."""
+        seeks = part.seeks
         await asyncio.sleep(self._handover_wait)
         stored = await self._cursor(part)
-        if stored >= 0 and stored > (part.last if part.last is not None else -1):
+        last = part.last if part.last is not None else -1
+        if part.seeks == seeks and stored >= 0 and stored > last:
             part.last = part.committed = stored
             part.start = stored + 1
-            return True
-        return False
+            part.seeks += 1
 
     async def _cursor(self, part: PartitionState) -> int:
         stream, partition = part.key
         return await cursors.fetch_cursor(self._router, self._cursor_id, stream, partition)
 
-    async def _start_options(self, part: PartitionState) -> dict[str, object]:
+    async def _start_options(
+        self, part: PartitionState
+    ) -> tuple[dict[str, object], int | None, int | None]:
         """Where to subscribe: a seek, else after the last delivered message, else
-        after the committed position, else the consumer's start position. A start
-        position is turned into an offset when one can be known (see position())."""
+        after the committed position, else the consumer's start position. Also the
+        partition's last and committed offsets that this start implies (None: as is).
+        A start position is turned into an offset when one can be known (see
+        position())."""
         start = part.start
         if isinstance(start, int):
-            part.start = None
-            return {"start_offset": start}
+            return {"start_offset": start}, None, None
         if start is StartPosition.EARLIEST:
-            part.start = None
-            return {"start_position": StartPosition.EARLIEST}
+            return {"start_position": StartPosition.EARLIEST}, None, None
         if part.last is not None:
-            return {"start_offset": part.last + 1}
+            return {"start_offset": part.last + 1}, None, None
         stored = await self._cursor(part)
         if stored >= 0:
-            part.last = part.committed = stored
-            return {"start_offset": stored + 1}
+            return {"start_offset": stored + 1}, stored, stored
         position = self._start_position
         if position is None:
             stream, partition = part.key
@@ -381,13 +397,12 @@ class Fetcher:
                 "position or a cursor",
             )
         if position is StartPosition.EARLIEST:
-            return {"start_position": StartPosition.EARLIEST}
+            return {"start_position": StartPosition.EARLIEST}, None, None
         # LATEST starts at the newest message, NEW_ONLY after it: as an offset, so that
         # position() knows it and nothing published meanwhile is skipped.
         newest = await self._newest(part)
         first = max(0, newest if position is StartPosition.LATEST else newest + 1)
-        part.last = first - 1
-        return {"start_offset": first}
+        return {"start_offset": first}, first - 1, None
 
     async def _newest(self, part: PartitionState) -> int:
         stream, partition = part.key

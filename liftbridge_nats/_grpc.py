@@ -22,7 +22,7 @@ import grpc.aio
 
 from ._proto import api_pb2_grpc
 from ._read_pool import ReadPool
-from ._stream_reader import MAX_BYTES, MAX_MESSAGES, StreamReader
+from ._stream_reader import MAX_BYTES, MAX_MESSAGES
 from .errors import (
     BadRequestError,
     BrokerUnavailableError,
@@ -205,16 +205,6 @@ class ChannelPool:
             entry = (channel, api_pb2_grpc.APIStub(channel))
             self._channels[address] = entry
         return entry[1]
-
-    def subscribe(
-        self,
-        address: str,
-        request: bytes,
-        *,
-        skip_through: int | None,
-    ) -> StreamReader:
-        """Start a Subscribe call (serialized ``request``) to ``address``; its reader."""
-        return self.reads.subscribe(address, request, skip_through=skip_through)
 
     async def close(self) -> None:
         """Close every channel and connection (cancels the calls still running on them)."""

@@ -333,6 +333,8 @@ class H2Connection:
                 break
             pos = stop
             if length_type & 0xFF == DATA:
+                if self._continuing is not None:
+                    raise H2ProtocolError("header block interrupted by a DATA frame")
                 stream_id &= 0x7FFFFFFF
                 self._received_since_update += length
                 call = calls.get(stream_id)

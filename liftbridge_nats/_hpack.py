@@ -231,12 +231,7 @@ class HpackDecoder:
                 headers.append(self._entry(index))
                 seen_field = True
             elif byte & 0x40:  # literal, added to the dynamic table
-                index, pos = _integer(block, pos, 6)
-                if index:
-                    name = self._entry(index)[0]
-                else:
-                    name, pos = _string(block, pos)
-                value, pos = _string(block, pos)
+                name, value, pos = self._literal(block, pos, 6)
                 headers.append((name, value))
                 self._add(name, value)
                 seen_field = True
@@ -249,15 +244,20 @@ class HpackDecoder:
                 self._max_size = size
                 self._evict(size)
             else:  # literal, not indexed (0000) or never indexed (0001)
-                index, pos = _integer(block, pos, 4)
-                if index:
-                    name = self._entry(index)[0]
-                else:
-                    name, pos = _string(block, pos)
-                value, pos = _string(block, pos)
+                name, value, pos = self._literal(block, pos, 4)
                 headers.append((name, value))
                 seen_field = True
         return headers
+
+    def _literal(self, block: bytes, pos: int, prefix: int) -> tuple[str, str, int]:
+        """A literal field: its name (indexed, or a string) and its value."""
+        index, pos = _integer(block, pos, prefix)
+        if index:
+            name = self._entry(index)[0]
+        else:
+            name, pos = _string(block, pos)
+        value, pos = _string(block, pos)
+        return name, value, pos
 
 
 def _encode_integer(value: int, prefix: int, first: int) -> bytes:

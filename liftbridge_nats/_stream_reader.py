@@ -8,7 +8,9 @@ received chunk: one wake-up for a whole burst of messages, no thread, no lock.
 Messages are decoded when taken (:meth:`StreamReader.get`), not when received: a
 buffered message costs its wire size (plus a bytes object), so the bound on the
 buffer is a bound on memory, and the decoding CPU is spent by the consumer that
-asked for it.
+asked for it. ``get`` is the one place every message read passes through, once,
+whichever API delivers it (a subscription, a consumer's ``async for`` or
+``getmany``): the place for per-message read metrics or trace context.
 
 Read-ahead is bounded with HTTP/2 flow control, per call: the server may send only
 as many bytes as the reader granted, and the reader grants bytes back as its
@@ -73,6 +75,7 @@ OPENED: Final = _Opened()
 """The server accepted the subscription (its first, empty message arrived)."""
 
 _CODES: Final = {code.value[0]: code for code in grpc.StatusCode}
+_parse: Final = api_pb2.Message.FromString
 
 
 class CallStatusError(grpc.RpcError):
@@ -171,7 +174,7 @@ class StreamReader:
         self._credit = min(FIRST_WINDOW, self._max_bytes)
         self._owed = 0
         self._owed_count = 0
-        self._grant_at = self._credit // 4
+        self._grant_at = self._credit // 2
         # Size of a message arriving in pieces, that the window must fit (0: none).
         self._need = 0
 
@@ -279,7 +282,7 @@ class StreamReader:
             if not self._opened:
                 self._opened = True
                 return OPENED
-            pb = api_pb2.Message.FromString(body)
+            pb = _parse(body)
             if pb.offset > self._skip_through:
                 return message_from_proto(pb)
         return None
@@ -311,7 +314,7 @@ class StreamReader:
             handle.grant(increment)
         self._owed = 0
         self._owed_count = 0
-        self._grant_at = max(1, target // 4)
+        self._grant_at = max(1, target // 2)
 
     async def wait(self) -> None:
         """Return once items are buffered; cancellable. A stream always ends with a

@@ -362,17 +362,36 @@ class Subscription:
         """Up to ``limit`` buffered messages, without waiting. An error met after some
         messages is kept for the next call, so that those are delivered first."""
         out: list[Message] = []
-        take = self._take
+        reader = self._reader
         try:
+            if reader is None or self._error is not None or self._stop_offset is not None:
+                take = self._take  # the general case, a message at a time
+                while len(out) < limit:
+                    message = take()
+                    if message is None:
+                        break
+                    out.append(message)
+                return out
+            # The common case, without a call per message through _take.
+            get = reader.get
+            append = out.append
             while len(out) < limit:
-                message = take()
-                if message is None:
-                    break
-                out.append(message)
+                item = get()
+                if type(item) is Message:
+                    append(item)
+                    continue
+                if item is not None:
+                    assert isinstance(item, StreamEnd), item
+                    self._drop_reader()
+                    self._on_stream_end(item)
+                break
         except LiftbridgeError as exc:
             if not out:
                 raise
             self._error = exc
+        finally:
+            if out:
+                self._last_offset = out[-1].offset
         return out
 
     @property
@@ -535,7 +554,7 @@ class Subscription:
         # leader whose watermark still lags starts from watermark + 1, which can be a
         # message this subscription delivered before the fail-over: the reader skips
         # everything up to the last delivered offset.
-        reader = self._router.pool.subscribe(
+        reader = self._router.pool.reads.subscribe(
             address,
             self._request().SerializeToString(),
             skip_through=self._last_offset,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from _waiting import wait_for
 
 from liftbridge_nats.client import Client
 from liftbridge_nats.errors import ClientClosedError, InvalidArgumentError, NotAssignedError
@@ -17,14 +17,6 @@ from liftbridge_nats.lag import PartitionLag
 from liftbridge_nats.messages import Message
 
 PARTITIONS = 3
-
-
-async def wait_for(check: Callable[[], bool], what: str, within: float = 20.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def filled(client: Client, name: str, per_partition: int) -> None:
@@ -109,6 +101,21 @@ async def test_seek_and_position(liftbridge_cluster: Any, unique_name: Any) -> N
                     if message.offset == 6:
                         break
             assert seen == [4, 5, 6]
+
+        # A seek while the partition is still being subscribed to, and one from the
+        # listener before reading starts, both decide where reading begins.
+        class SeekOnAssign(ConsumerRebalanceListener):
+            def on_partitions_assigned(self, assigned: set[StreamPartition]) -> None:
+                ref[0].seek((name, 2), 5)
+
+        ref: list[Consumer] = []
+        racing = member(client, unique_name("g"), name, listener=SeekOnAssign())
+        ref.append(racing)
+        async with racing:
+            await racing.wait_for_assignment(10)
+            racing.seek(tp, 3)
+            got = await drain(racing, 3 + 1, tp, (name, 2))
+            assert got == {tp: [3, 4, 5, 6], StreamPartition(name, 2): [5]}
 
 
 async def test_wrong_partitions_and_arguments(liftbridge_cluster: Any, unique_name: Any) -> None:
