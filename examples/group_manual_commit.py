@@ -16,6 +16,7 @@ from _example_cli import run_example
 
 from liftbridge_nats.client import Client
 from liftbridge_nats.groups import Consumer
+from liftbridge_nats.lag import consumer_lag
 
 PARTITIONS = 2
 
@@ -46,12 +47,13 @@ async def main(brokers: list[str], nats_url: str) -> None:
             print("processed", await process_until(consumer, 20, totals))
             committed = [await consumer.committed((stream, p)) for p in range(PARTITIONS)]
             print("committed (next offset to read)", committed)
-            print("lag", [lag.lag for lag in await consumer.lag()])
+            print("lag", [row.lag for row in await consumer.lag()])
 
         # New orders while no member runs; a new member resumes after the commits.
         for i in range(20, 23):
             await client.publish(stream, b"%d" % i, partition=i % PARTITIONS)
-        print("lag while stopped", [lag.lag for lag in await client.fetch_group_lag(group, stream)])
+        lags = await consumer_lag(client, group, stream)
+        print("lag while stopped", [row.lag for row in lags])
         async with client.consumer(group, [stream], auto_checkpoint_interval=None) as consumer:
             print("second run processed", await process_until(consumer, 3, totals))
         print("totals per partition", [totals[p] for p in range(PARTITIONS)])

@@ -44,7 +44,7 @@ from ._membership import Membership
 from ._proto import api_pb2
 from .cursors import group_cursor_id
 from .errors import ClientClosedError, InvalidArgumentError, LiftbridgeError, NotAssignedError
-from .lag import PartitionLag, fetch_group_lag
+from .lag import PartitionLag, group_lag
 from .messages import Message, StartPosition
 
 if TYPE_CHECKING:
@@ -495,8 +495,8 @@ class Consumer:
 
     async def lag(self, *, timeout: float | None = None) -> list[PartitionLag]:
         """The group's lag on every partition of its streams (committed positions
-        against the newest offsets; see :func:`~liftbridge_nats.lag.fetch_group_lag`)."""
-        return await fetch_group_lag(self._router, self.group_id, self.streams, timeout=timeout)
+        against the newest offsets), as :func:`~liftbridge_nats.lag.consumer_lag` gives it."""
+        return await group_lag(self._router, self.group_id, self.streams, timeout=timeout)
 
     # ------------------------------------------------------------------ flow
 

@@ -1,11 +1,19 @@
-"""Consumer-group lag: how far a group's committed positions trail each partition.
+"""Consumer lag: how far a consumer group's committed positions trail each partition.
 
-One code path for everyone who asks: :meth:`Client.fetch_group_lag`,
-:meth:`Consumer.lag` and the command line's ``group describe`` all call
-:func:`fetch_group_lag`.
+::
+
+    from liftbridge_nats.lag import consumer_lag
+
+    for row in await consumer_lag(client, "billing", ["orders"]):
+        print(row.stream, row.partition, row.committed, row.newest, row.lag)
+
+A group commits, per partition, the offset of the last message it processed (a cursor
+named ``__group:<group id>``; -1 when it never committed). The lag is the newest offset
+of the partition minus that position: the messages written that the group has not
+processed yet (messages removed by retention meanwhile are counted too). The command
+line's ``group describe`` and :meth:`Consumer.lag() <liftbridge_nats.groups.Consumer.lag>`
+give the same rows, from the same function.
 """
-
-# Per-call ``timeout`` arguments are part of the public API (seconds, retries included).
 
 from __future__ import annotations
 
@@ -16,78 +24,74 @@ from typing import TYPE_CHECKING
 
 from . import cursors
 from ._args import checked_name
-from ._proto import api_pb2
-from .errors import InvalidArgumentError, NoSuchStreamError
+from .errors import NoSuchStreamError
 
 if TYPE_CHECKING:
-    from ._router import Router, Stub
+    from ._router import Router
+    from .client import Client
 
-__all__ = ["PartitionLag", "fetch_group_lag"]
+__all__ = ["PartitionLag", "consumer_lag", "group_lag", "partition_lag"]
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionLag:
-    """A group's position on one partition against the partition's newest message.
+    """One partition's position in a consumer group."""
 
-    ``committed`` is the offset the group stored (its cursor: the last message it
-    processed), -1 when it stored none; ``newest`` is the partition's newest offset
-    (-1 when empty), read from the partition leader. ``lag`` is the difference: the
-    messages stored after the committed position (a partition whose retention
-    removed old messages may count some that no longer exist).
-    """
-
+    group_id: str
     stream: str
     partition: int
     committed: int
+    """Offset of the last message the group committed; -1 when none."""
     newest: int
-
-    @property
-    def lag(self) -> int:
-        """Messages after the committed position: ``newest - committed``, at least 0."""
-        return max(0, self.newest - self.committed)
+    """Offset of the newest message in the partition; -1 when it is empty."""
+    lag: int
+    """Messages after the committed position: ``newest - committed``, never below 0."""
 
 
-async def fetch_group_lag(
-    router: Router,
-    group_id: str,
-    streams: Sequence[str],
-    *,
-    timeout: float | None = None,
+def partition_lag(newest: int, committed: int) -> int:
+    """Messages in a partition after a committed position (-1: nothing committed)."""
+    return max(0, newest - committed)
+
+
+async def consumer_lag(
+    client: Client, group_id: str, streams: str | Sequence[str], *, timeout: float | None = None
 ) -> list[PartitionLag]:
-    """The lag of ``group_id`` on every partition of ``streams``, in stream order then
-    partition order. Raises :class:`NoSuchStreamError` for an unknown stream."""
-    checked_name(group_id, "group_id")
-    if isinstance(streams, str):
-        raise InvalidArgumentError("streams is a list of names, not one string")
-    for stream in streams:
-        checked_name(stream, "stream name")
-    metadata = await router.fetch_metadata(list(streams), timeout=timeout)
+    """The lag of ``group_id`` on every partition of ``streams``, in stream and
+    partition order.
+
+    Partition offsets come from fresh metadata, positions from the group's cursors
+    (fetched concurrently). Raises :class:`~liftbridge_nats.errors.NoSuchStreamError`
+    for a stream that does not exist.
+    """
+    return await group_lag(client._router, group_id, streams, timeout=timeout)
+
+
+async def group_lag(
+    router: Router, group_id: str, streams: str | Sequence[str], *, timeout: float | None = None
+) -> list[PartitionLag]:
+    """:func:`consumer_lag` on the client's router (what a consumer holds)."""
+    checked_name(group_id, "group id")
+    names = [streams] if isinstance(streams, str) else list(streams)
+    for name in names:
+        checked_name(name, "stream name")
     cursor_id = cursors.group_cursor_id(group_id)
-    keys: list[tuple[str, int]] = []
-    for stream in streams:
-        info = metadata.streams.get(stream)
+    metadata = await router.fetch_metadata(names, timeout=timeout)
+    rows: list[tuple[str, int, int]] = []
+    for name in names:
+        info = metadata.streams.get(name)
         if info is None:
             raise NoSuchStreamError(
-                f"stream {stream} does not exist; check the name", code="NOT_FOUND"
+                f"no stream {name!r} in the cluster; create it first", code="NOT_FOUND"
             )
-        keys += [(stream, pid) for pid in sorted(info.partitions)]
-
-    async def newest(stream: str, partition: int) -> int:
-        req = api_pb2.FetchPartitionMetadataRequest(stream=stream, partition=partition)
-
-        async def call(stub: Stub, left: float) -> int:
-            resp = await stub.FetchPartitionMetadata(req, timeout=left)
-            return int(resp.metadata.newestOffset)
-
-        return await router.call_leader(
-            f"fetch metadata of {stream!r}/{partition}", stream, partition, call, timeout=timeout
+        for pid in sorted(info.partitions):
+            rows.append((name, pid, info.partitions[pid].newest_offset))
+    committed = await asyncio.gather(
+        *(
+            cursors.fetch_cursor(router, cursor_id, name, pid, timeout=timeout)
+            for name, pid, _ in rows
         )
-
-    async def one(stream: str, partition: int) -> PartitionLag:
-        committed, last = await asyncio.gather(
-            cursors.fetch_cursor(router, cursor_id, stream, partition, timeout=timeout),
-            newest(stream, partition),
-        )
-        return PartitionLag(stream, partition, committed, last)
-
-    return list(await asyncio.gather(*(one(s, p) for s, p in keys)))
+    )
+    return [
+        PartitionLag(group_id, name, pid, done, newest, partition_lag(newest, done))
+        for (name, pid, newest), done in zip(rows, committed, strict=True)
+    ]

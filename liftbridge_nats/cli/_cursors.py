@@ -6,8 +6,18 @@ import argparse
 from typing import Any
 
 from liftbridge_nats.errors import NoSuchStreamError
+from liftbridge_nats.groups import group_cursor_id
+from liftbridge_nats.lag import consumer_lag
 
-from ._common import EXIT_ERROR, EXIT_OK, add_connection_options, non_negative_int, open_client
+from ._common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    add_connection_options,
+    add_partition_choice,
+    non_negative_int,
+    open_client,
+    selected_partitions,
+)
 from ._output import Console, key_values, table
 
 
@@ -27,7 +37,7 @@ def register(commands: Any) -> None:
     )
     get.add_argument("cursor_id")
     get.add_argument("stream")
-    get.add_argument("--partition", "-p", type=non_negative_int, default=0, help="default 0")
+    add_partition_choice(get)
     get.add_argument("--json", action="store_true", help="print JSON")
     add_connection_options(get, nats=False, brokers=True)
     get.set_defaults(handler=_get)
@@ -53,7 +63,9 @@ def register(commands: Any) -> None:
         help="show a group's coordinator, epoch and committed offsets",
         description="Show the broker coordinating a consumer group and its epoch; with "
         "--stream, also the offset the group committed on each partition and its lag "
-        "behind the newest message.",
+        "behind the newest message. A group's committed positions are ordinary cursors "
+        f"named {group_cursor_id('<group id>')}: `liftbridge-nats cursor get "
+        f"{group_cursor_id('GROUP')} STREAM` reads one, `cursor set` moves it.",
     )
     describe.add_argument("group_id")
     describe.add_argument(
@@ -66,18 +78,24 @@ def register(commands: Any) -> None:
 
 async def _get(args: argparse.Namespace, console: Console) -> int:
     async with open_client(args) as client:
-        offset = await client.fetch_cursor(args.cursor_id, args.stream, args.partition)
+        partitions = await selected_partitions(client, args.stream, args.partition)
+        offsets = [
+            (p, await client.fetch_cursor(args.cursor_id, args.stream, p)) for p in partitions
+        ]
     if args.json:
-        console.json(
-            {
-                "cursor_id": args.cursor_id,
-                "stream": args.stream,
-                "partition": args.partition,
-                "offset": offset,
-            }
-        )
+        for partition, offset in offsets:
+            console.json(
+                {
+                    "cursor_id": args.cursor_id,
+                    "stream": args.stream,
+                    "partition": partition,
+                    "offset": offset,
+                }
+            )
+    elif args.partition == [0] or (len(offsets) == 1 and args.partition is not None):
+        console.print(str(offsets[0][1]))  # one partition asked for: the offset alone
     else:
-        console.print(str(offset))
+        table(console, ["PARTITION", "OFFSET"], offsets)
     return EXIT_OK
 
 
@@ -93,24 +111,25 @@ async def _describe(args: argparse.Namespace, console: Console) -> int:
         metadata = await client.fetch_metadata(groups=[args.group_id])
         info = metadata.groups.get(args.group_id)
         try:
-            lags = await client.fetch_group_lag(args.group_id, args.stream)
+            lags = await consumer_lag(client, args.group_id, args.stream)
         except NoSuchStreamError as exc:
             console.error(str(exc))
             return EXIT_ERROR
-        rows: list[dict[str, Any]] = [
-            {
-                "stream": lag.stream,
-                "partition": lag.partition,
-                "committed": lag.committed,
-                "newest": lag.newest,
-                "lag": lag.lag,
-            }
-            for lag in lags
-        ]
+    rows: list[dict[str, Any]] = [
+        {
+            "stream": row.stream,
+            "partition": row.partition,
+            "committed": row.committed,
+            "newest": row.newest,
+            "lag": row.lag,
+        }
+        for row in lags
+    ]
     if args.json:
         console.json(
             {
                 "group_id": args.group_id,
+                "cursor_id": group_cursor_id(args.group_id),
                 "known": info is not None,
                 "coordinator": info.coordinator if info else None,
                 "epoch": info.epoch if info else None,
@@ -125,6 +144,11 @@ async def _describe(args: argparse.Namespace, console: Console) -> int:
             console,
             [("group", info.id), ("coordinator", info.coordinator), ("epoch", info.epoch)],
         )
+    console.info(
+        f"committed positions are the cursors {group_cursor_id(args.group_id)} "
+        f"(`liftbridge-nats cursor get {group_cursor_id(args.group_id)} STREAM "
+        "--partition all`)" + ("" if rows else "; add --stream NAME to show them with their lag")
+    )
     if rows:
         console.print()
         table(

@@ -13,7 +13,7 @@ from _waiting import wait_for
 from liftbridge_nats.client import Client
 from liftbridge_nats.errors import ClientClosedError, InvalidArgumentError, NotAssignedError
 from liftbridge_nats.groups import Consumer, ConsumerRebalanceListener, StreamPartition
-from liftbridge_nats.lag import PartitionLag
+from liftbridge_nats.lag import PartitionLag, consumer_lag
 from liftbridge_nats.messages import Message
 
 PARTITIONS = 3
@@ -273,8 +273,8 @@ async def test_lag_one_code_path(liftbridge_cluster: Any, unique_name: Any) -> N
     name, group = unique_name("lag"), unique_name("g")
     async with Client(liftbridge_cluster.brokers) as client:
         await filled(client, name, 5)
-        assert await client.fetch_group_lag(group, name) == [
-            PartitionLag(name, p, -1, 4) for p in range(PARTITIONS)
+        assert await consumer_lag(client, group, name) == [
+            PartitionLag(group, name, p, committed=-1, newest=4, lag=5) for p in range(PARTITIONS)
         ]
         async with member(client, group, name, auto_checkpoint_interval=None) as consumer:
             await consumer.wait_for_assignment(10)
@@ -286,4 +286,4 @@ async def test_lag_one_code_path(liftbridge_cluster: Any, unique_name: Any) -> N
             (1, -1, 4, 5),
             (2, -1, 4, 5),
         ]
-        assert lags == await client.fetch_group_lag(group, [name])
+        assert lags == await consumer_lag(client, group, [name])
