@@ -467,6 +467,20 @@ def _subscribe_table(cases: list[Record]) -> list[str]:
             + f" | {_x(_ratio(ours, _rate(sub, plan.GUFO_SUB, size=size)))}"
             + f" | {_x(_ratio(ours, _rate(sub, plan.GO_SUB, size=size)))} |"
         )
+    out += [
+        "",
+        "Client CPU per message (µs of process CPU time, all threads):",
+        "",
+        "| size | " + " | ".join(clients) + " |",
+        "|---|" + "---:|" * len(clients),
+    ]
+    for size in sorted({c["size"] for c in sub}):
+        cells = []
+        for client in clients:
+            case = _find(sub, client, size=size)
+            result = case["result"] if case is not None and _ok(case) else None
+            cells.append(f"{result['cpu_us_per_msg']:.1f}" if result else "-")
+        out.append(f"| {_size(size)} | " + " | ".join(cells) + " |")
     return out
 
 
