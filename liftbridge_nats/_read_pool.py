@@ -62,7 +62,7 @@ class _Connection(asyncio.Protocol):
         self._ssl = ssl_context
         self._server_hostname = server_hostname
         self._transport: asyncio.Transport | None = None
-        self._pending: list[tuple[StreamReader, bytes]] = []
+        self._pending: list[tuple[StreamReader, str, bytes]] = []
         self._connecting: asyncio.Task[None] | None = None
         self._broken = False
 
@@ -76,9 +76,9 @@ class _Connection(asyncio.Protocol):
     def start(self, reader: StreamReader, path: str, request: bytes) -> None:
         """Start a call now, or as soon as the connection is up."""
         if self._transport is None:
-            self._pending.append((reader, request))
+            self._pending.append((reader, path, request))
             if self._connecting is None:
-                self._connecting = asyncio.ensure_future(self._connect(path))
+                self._connecting = asyncio.ensure_future(self._connect())
             return
         self._start(reader, path, request)
 
@@ -89,7 +89,7 @@ class _Connection(asyncio.Protocol):
         reader.attach(_Call(self, stream_id))
         self.flush()
 
-    async def _connect(self, path: str) -> None:
+    async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
         host, _, port = self.address.rpartition(":")
         try:
@@ -106,8 +106,11 @@ class _Connection(asyncio.Protocol):
         except (OSError, TimeoutError, ssl.SSLError) as exc:
             self._fail(_unreachable(exc))
             return
+        except asyncio.CancelledError:
+            self._fail(ClientClosedError("the client is closed; open a new Client"))
+            raise
         pending, self._pending = self._pending, []
-        for reader, request in pending:
+        for reader, path, request in pending:
             if self._broken:
                 reader.fail(status_error(Status(UNAVAILABLE, "the connection broke")))
             else:
@@ -117,7 +120,7 @@ class _Connection(asyncio.Protocol):
         self._broken = True
         self._pool.forget(self)
         pending, self._pending = self._pending, []
-        for reader, _ in pending:
+        for reader, _, _ in pending:
             reader.fail(error)
 
     # ------------------------------------------------------------------ protocol
@@ -146,7 +149,7 @@ class _Connection(asyncio.Protocol):
         detail = f"the broker closed the connection ({exc})" if exc else "Socket closed"
         self.h2.connection_lost(detail)
         pending, self._pending = self._pending, []
-        for reader, _ in pending:
+        for reader, _, _ in pending:
             reader.fail(status_error(Status(UNAVAILABLE, detail)))
 
     # ------------------------------------------------------------------ helpers
@@ -179,11 +182,13 @@ class _Connection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
-    async def wait_connected(self) -> None:
-        """Wait for a connection attempt in progress (for closing)."""
-        if self._connecting is not None:
-            with contextlib.suppress(BaseException):
-                await asyncio.shield(self._connecting)
+    async def stop_connecting(self) -> None:
+        """Give up a connection attempt in progress (for closing) and wait for it."""
+        task = self._connecting
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 def _unreachable(exc: BaseException) -> BaseException:
@@ -280,5 +285,5 @@ class ReadPool:
         self._everything.clear()
         self._connections.clear()
         for conn in conns:
-            await conn.wait_connected()
+            await conn.stop_connecting()
             conn.close()
