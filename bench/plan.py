@@ -27,10 +27,11 @@ GRPC_SUB = "raw grpc.aio"
 GRPC_SYNC_SUB = "raw grpc sync thread"
 FANOUT_TASKS = "ours, a task per partition"
 FANOUT_CONSUMER = "ours, one consumer"
+GO_FANOUT = "go, a goroutine per partition"
 FANOUT_CLIENTS = (FANOUT_TASKS, FANOUT_CONSUMER)
 
 GUFO_CLIENTS = (GUFO_UNARY, GUFO_BULK, GUFO_SUB)
-GO_CLIENTS = (GO_ASYNC, GO_SYNC, GO_SUB)
+GO_CLIENTS = (GO_ASYNC, GO_SYNC, GO_SUB, GO_FANOUT)
 SEQUENTIAL_CLIENTS = (GUFO_UNARY, GO_SYNC)
 
 
@@ -117,7 +118,7 @@ def build(settings: Settings) -> list[Case]:
         for client in clients:
             cases.append(Case("subscribe", client, size, settings.subscribe_count))
     for partitions in settings.fanout_partitions:
-        for client in FANOUT_CLIENTS:
+        for client in (*FANOUT_CLIENTS, *((GO_FANOUT,) if settings.go else ())):
             cases.append(
                 Case(
                     "fanout",

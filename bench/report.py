@@ -496,7 +496,9 @@ def _fanout_table(cases: list[Record]) -> list[str]:
         "",
         "**a task per partition** = one `Client.subscribe` and `async for` per partition, "
         "all in one event loop; **one consumer** = one consumer-group member (`async for` "
-        "over the consumer) holding every partition. Threads are the process's, as the "
+        "over the consumer) holding every partition; **go** = go-liftbridge with one "
+        "`Subscribe` per partition, on the same servers (how far the servers' own rate "
+        "moves with the partition count). Threads are the process's, as the "
         "kernel counts them (gRPC's own included), at their peak during the run; peak RSS "
         "is VmHWM. The rate is against the same client on the fewest partitions.",
         "",
@@ -504,7 +506,7 @@ def _fanout_table(cases: list[Record]) -> list[str]:
         "|---:|---|---:|---:|---:|---:|---:|",
     ]
     for count in counts:
-        for client in plan.FANOUT_CLIENTS:
+        for client in (*plan.FANOUT_CLIENTS, plan.GO_FANOUT):
             case = _find(fan, client, partitions=count)
             if case is None:
                 continue
@@ -537,7 +539,7 @@ def fanout_chart(record: Record, path: Path) -> None:
         ("CPU µs per message", lambda r: r["cpu_us_per_msg"]),
     ]
     for ax, (title, value) in zip(axes, panels, strict=True):
-        for client in plan.FANOUT_CLIENTS:
+        for client in (*plan.FANOUT_CLIENTS, plan.GO_FANOUT):
             points = [
                 (n, value(c["result"]))
                 for n in counts

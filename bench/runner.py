@@ -46,6 +46,7 @@ _GO_MODES = {
     plan.GO_ASYNC: "async",
     plan.GO_SYNC: "sync",
     plan.GO_SUB: "subscribe",
+    plan.GO_FANOUT: "fanout",
 }
 
 
