@@ -29,6 +29,7 @@ type result struct {
 	CPUPerMsg  float64 `json:"cpu_us_per_msg"`
 	MaxRSSKiB  int64   `json:"max_rss_kib"`
 	Threads    int64   `json:"threads,omitempty"`
+	Resubs     int64   `json:"resubscribes,omitempty"`
 	GoVersion  string  `json:"go_version,omitempty"`
 	Error      string  `json:"error,omitempty"`
 }
@@ -64,8 +65,11 @@ func status(field string) int64 {
 }
 
 // fanout reads count messages from each of partitions partitions, one
-// subscription (and goroutine) each, and samples the process's thread count.
-func fanout(ctx context.Context, c lift.Client, stream string, partitions, count int, peak *int64) (int64, error) {
+// subscription (and goroutine) each, and samples the process's thread count. A
+// stream that fails is subscribed to again after its last message, as an
+// application would (grpc-go sometimes reports a flow-control overrun on many
+// streams); resubscribes counts those.
+func fanout(ctx context.Context, c lift.Client, stream string, partitions, count int, peak, resubscribes *int64) (int64, error) {
 	done := make(chan error, partitions)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -77,19 +81,35 @@ func fanout(ctx context.Context, c lift.Client, stream string, partitions, count
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
-	for p := 0; p < partitions; p++ {
-		var seen int64
-		var once sync.Once
-		err := c.Subscribe(ctx, stream, func(msg *lift.Message, err error) {
+	seen := make([]int64, partitions)
+	finished := make([]sync.Once, partitions)
+	var subscribe func(p int) error
+	subscribe = func(p int) error {
+		opts := []lift.SubscriptionOption{lift.Partition(int32(p))}
+		if next := atomic.LoadInt64(&seen[p]); next > 0 {
+			opts = append(opts, lift.StartAtOffset(next))
+		} else {
+			opts = append(opts, lift.StartAtEarliestReceived())
+		}
+		return c.Subscribe(ctx, stream, func(msg *lift.Message, err error) {
 			if err != nil {
-				once.Do(func() { done <- err })
+				if ctx.Err() == nil && atomic.LoadInt64(&seen[p]) < int64(count) {
+					atomic.AddInt64(resubscribes, 1)
+					go func() {
+						if err := subscribe(p); err != nil {
+							finished[p].Do(func() { done <- err })
+						}
+					}()
+				}
 				return
 			}
-			if atomic.AddInt64(&seen, 1) == int64(count) {
-				once.Do(func() { done <- nil })
+			if atomic.AddInt64(&seen[p], 1) == int64(count) {
+				finished[p].Do(func() { done <- nil })
 			}
-		}, lift.StartAtEarliestReceived(), lift.Partition(int32(p)))
-		if err != nil {
+		}, opts...)
+	}
+	for p := 0; p < partitions; p++ {
+		if err := subscribe(p); err != nil {
 			return 0, err
 		}
 	}
@@ -241,7 +261,7 @@ func main() {
 	if err != nil {
 		fail(*mode, err)
 	}
-	var threads int64
+	var threads, resubscribes int64
 	run := func(n int) (int64, error) {
 		switch *mode {
 		case "async":
@@ -251,7 +271,7 @@ func main() {
 		case "subscribe":
 			return subscribe(ctx, client, *stream, *partition, n)
 		case "fanout":
-			return fanout(ctx, client, *stream, *partitions, n, &threads)
+			return fanout(ctx, client, *stream, *partitions, n, &threads, &resubscribes)
 		}
 		return 0, fmt.Errorf("unknown mode %q (async, sync, subscribe, fanout)", *mode)
 	}
@@ -275,7 +295,7 @@ func main() {
 	out, _ := json.Marshal(result{
 		Mode: *mode, Count: total, Errors: errs, Seconds: elapsed,
 		Rate: float64(total) / elapsed, CPUSeconds: cpu, MaxRSSKiB: maxRSS(),
-		CPUPerMsg: cpu / float64(total) * 1e6, Threads: threads,
+		CPUPerMsg: cpu / float64(total) * 1e6, Threads: threads, Resubs: resubscribes,
 	})
 	fmt.Println(string(out))
 }
