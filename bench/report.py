@@ -9,7 +9,7 @@ import inspect
 import json
 import statistics
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -532,7 +532,7 @@ def fanout_chart(record: Record, path: Path) -> None:
 
     fan, counts = _fanout(record["cases"])
     fig, axes = plt.subplots(1, 4, figsize=(18, 4.5))
-    panels = [
+    panels: list[tuple[str, Callable[[Record], float]]] = [
         ("k msg/s (all partitions)", lambda r: r["rate"] / 1000),
         ("process threads (peak)", lambda r: r.get("threads", 0)),
         ("peak RSS (MiB)", lambda r: r["max_rss_kib"] / 1024),

@@ -182,7 +182,7 @@ async def offsets(reader: StreamReader, n: int) -> list[int]:
 
 
 async def opened(pair: Pair, **limits: int) -> tuple[StreamReader, int]:
-    reader, stream_id = pair.call(**limits)
+    reader, stream_id = pair.call(b"req", **limits)
     pair.server.respond(stream_id)
     pair.server.send(stream_id, HANDSHAKE)
     pair.pump()
