@@ -114,7 +114,7 @@ async def test_seek_and_position(liftbridge_cluster: Any, unique_name: Any) -> N
         async with racing:
             await racing.wait_for_assignment(10)
             racing.seek(tp, 3)
-            got = await drain(racing, 3 + 1, tp, (name, 2))
+            got = await drain(racing, 4 + 1, tp, (name, 2))
             assert got == {tp: [3, 4, 5, 6], StreamPartition(name, 2): [5]}
 
 
