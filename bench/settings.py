@@ -49,6 +49,10 @@ class Settings:
     # machine; the median of alternating rounds compares clients under the same noise.
     rounds: int
     subscribe_count: int
+    # Many partitions: read this many messages from each of every partition count here,
+    # with a task per partition and with one consumer-group member.
+    fanout_partitions: tuple[int, ...]
+    fanout_count: int
     memory_count: int
     uvloop: bool
     uvloop_compare: bool
@@ -83,6 +87,8 @@ class Settings:
             latency_rounds=5,
             rounds=3,
             subscribe_count=200_000,
+            fanout_partitions=(1, 8, 64, 256),
+            fanout_count=20_000,
             memory_count=1_000_000,
             uvloop=False,
             uvloop_compare=True,
@@ -110,6 +116,8 @@ class Settings:
             latency_rounds=1,
             rounds=1,
             subscribe_count=2_000,
+            fanout_partitions=(1, 4),
+            fanout_count=500,
             memory_count=0,
             uvloop=False,
             uvloop_compare=True,
