@@ -13,7 +13,7 @@ Nothing here is needed at run time by the SDK itself.
 
 from __future__ import annotations
 
-from liftbridge_nats.testing._backend import new_cluster
+from liftbridge_nats.testing._backend import Cluster, new_cluster
 from liftbridge_nats.testing._cluster import LocalCluster
 from liftbridge_nats.testing._containers import ContainerCluster
 from liftbridge_nats.testing._install import (
@@ -25,6 +25,7 @@ from liftbridge_nats.testing._install import (
 
 __all__ = [
     "DEFAULT_LIFTBRIDGE_VERSION",
+    "Cluster",
     "ContainerCluster",
     "LocalCluster",
     "cache_dir",

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
 from liftbridge_nats.testing._cluster import LocalCluster
 from liftbridge_nats.testing._containers import ContainerCluster
 from liftbridge_nats.testing._install import DEFAULT_LIFTBRIDGE_VERSION
+
+# Either kind of test cluster; both offer the same addresses, faults and logs.
+Cluster: TypeAlias = LocalCluster | ContainerCluster
 
 BACKEND_ENV = "LIFTBRIDGE_NATS_BACKEND"
 PROCESSES = "processes"
@@ -51,14 +54,16 @@ def new_cluster(
     liftbridge_config: Mapping[str, Any] | None = None,
     start_timeout: float | None = None,
     log_level: str = "info",
-) -> LocalCluster | ContainerCluster:
+    container_network: str = "bridge",
+) -> Cluster:
     """A not yet started cluster of ``nodes`` Liftbridge servers plus NATS, on the backend
     that ``backend`` (or ``LIFTBRIDGE_NATS_BACKEND``) selects. Start it with ``async with``
     or ``with``; both kinds offer the same addresses, faults and logs.
 
     ``start_timeout`` defaults to each kind's own (60 s for processes, 90 s for containers).
-    Options only one kind has (``nats_config``, ``grpc_tls``, ``image``...) are given to
-    that class directly.
+    ``container_network`` is ContainerCluster's ``network`` (processes always listen on
+    127.0.0.1). Other options only one kind has (``nats_config``, ``grpc_tls``,
+    ``image``...) are given to that class directly.
     """
     options: dict[str, Any] = {
         "liftbridge_version": liftbridge_version,
@@ -68,5 +73,5 @@ def new_cluster(
     if start_timeout is not None:
         options["start_timeout"] = start_timeout
     if selected_backend(backend) == CONTAINERS:
-        return ContainerCluster(nodes, **options)
+        return ContainerCluster(nodes, network=container_network, **options)
     return LocalCluster(nodes, **options)

@@ -7,11 +7,25 @@ on this machine, no registry needed) unless ``image`` / ``LIFTBRIDGE_NATS_IMAGE`
 another; NATS runs from ``nats_image`` / ``LIFTBRIDGE_NATS_NATS_IMAGE`` or the same local
 image.
 
-Each cluster has its own bridge network; nodes reach NATS by container name. Every port
-a test uses is published on 127.0.0.1 only, at a port the OS picked, and each node
-listens inside its container on that same port and advertises ``127.0.0.1``, so the
-addresses in FetchMetadata work from the tests. Containers keep their data and ports
-across ``kill_node`` / ``restart_node``. Readiness uses the same probe as LocalCluster.
+Two networks:
+
+- ``bridge`` (the default, works with any engine): the cluster gets its own bridge
+  network; every port a test uses is published on 127.0.0.1 only, at a port the OS
+  picked, and each node listens inside its container on that same port and advertises
+  ``127.0.0.1``, so the addresses in FetchMetadata work from the tests. Nodes reach NATS
+  at a fixed address of the network, not by container name (while the NATS container is
+  down its name does not resolve, and each failed lookup waits 5 s for the engine's DNS
+  forwarder). While NATS is down its address does not answer, so a node's reconnect
+  attempt waits out nats.go's 2 s connect timeout: nodes are back up to about 2.5 s after
+  NATS restarts (:meth:`restart_nats` waits for them). Published ports go through
+  docker-proxy, which accepts a connection before it reaches the container: a client
+  that connects while the NATS container is starting may be accepted and then dropped.
+- ``host`` (Linux engines): every server listens on the host's 127.0.0.1 at a port the
+  OS picked, with no proxy in between. A stopped server refuses connections at once and
+  nodes reconnect to NATS within Liftbridge's 250 ms, as with local processes.
+
+Containers keep their data and ports across ``kill_node`` / ``restart_node``. Readiness
+uses the same probe as LocalCluster.
 
 Clean-up goes by label (``_docker``): stop, a failed or cancelled start, Ctrl-C and
 interpreter exit remove every container (with its volumes) and the network. The
@@ -22,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import os
 import uuid
 import weakref
@@ -44,6 +59,7 @@ LOOPBACK = "127.0.0.1"
 # Which server a container runs: a node id, or "nats".
 SERVER_LABEL = "io.liftbridge-nats.server"
 _NATS = "nats"
+NETWORKS = ("bridge", "host")
 _ALIVE = ("running", "paused")
 _START_ATTEMPTS = 3
 _LOST_PORT = ("address already in use", "port is already allocated")
@@ -92,12 +108,13 @@ class ContainerCluster:
     ``LIFTBRIDGE_NATS_NATS_IMAGE``, else the local server image) must have
     ``nats-server`` on its PATH (the official ``nats:*-alpine`` images do).
 
+    ``network`` is ``"bridge"`` (ports published on 127.0.0.1) or ``"host"`` (servers on
+    the host's 127.0.0.1, no proxy; Linux engines); see the module documentation.
     ``liftbridge_config``, ``log_level`` and ``start_timeout`` mean what they mean for
     LocalCluster. Faults: :meth:`kill_node` (SIGKILL), :meth:`stop_node` (SIGTERM),
     :meth:`pause_node` / :meth:`resume_node` (the container is frozen), and
     :meth:`restart_node`, :meth:`kill_nats`, :meth:`restart_nats`. A Docker engine must
-    answer (``DOCKER_HOST`` or the default socket); every port is published on
-    127.0.0.1 only.
+    answer (``DOCKER_HOST`` or the default socket). Nothing listens beyond 127.0.0.1.
     """
 
     def __init__(
@@ -110,9 +127,13 @@ class ContainerCluster:
         log_level: str = "info",
         image: str | None = None,
         nats_image: str | None = None,
+        network: str = "bridge",
     ) -> None:
         if nodes < 1:
             raise ValueError("a ContainerCluster needs at least one Liftbridge node")
+        if network not in NETWORKS:
+            raise ValueError(f"network={network!r}: use one of {', '.join(NETWORKS)}")
+        self.network = network
         self._version = liftbridge_version
         self._overrides = dict(liftbridge_config or {})
         self.start_timeout = start_timeout
@@ -177,12 +198,12 @@ class ContainerCluster:
 
     def container_name(self, i: int) -> str:
         """Name of node ``i``'s container (for ``docker logs`` / ``docker exec``)."""
-        return f"{self._namespace}-{self._node_ids[i]}"
+        return self._name(self._node_ids[i])
 
     @property
     def nats_container_name(self) -> str:
         """Name of the NATS container."""
-        return f"{self._namespace}-{_NATS}"
+        return self._name(_NATS)
 
     # ------------------------------------------------------------------ state and logs
 
@@ -343,20 +364,18 @@ class ContainerCluster:
     def _remove(self) -> None:
         remove_labelled(self._client(), f"{CLUSTER_LABEL}={self._namespace}")
 
+    def _name(self, server: str) -> str:
+        return f"{self._namespace}-{server}"
+
     def _run(self, server: str, image: str, **options: Any) -> None:
         import docker.errors
 
-        name = (
-            self.nats_container_name
-            if server == _NATS
-            else self.container_name(self._node_ids.index(server))
-        )
+        name = self._name(server)
         try:
             self._client().containers.run(
                 image,
                 name=name,
                 detach=True,
-                network=self._namespace,
                 labels={**labels(self._namespace), SERVER_LABEL: server},
                 **options,
             )
@@ -365,45 +384,101 @@ class ContainerCluster:
                 f"could not start the container {name} from {image}: {exc}"
             ) from exc
 
-    def _launch(self) -> None:
+    def _create_network(self) -> str:
+        """Create the cluster's network; return the address reserved for NATS.
+
+        A fixed address needs a subnet declared at creation, so the engine first picks
+        one (clear of other networks and routes) for a throw-away network; the real one
+        then declares it, with dynamic addresses in its lower half and NATS at the top.
+        """
+        import docker.errors
+        import docker.types
+
         client = self._client()
+        self._owned.created = True
+        for attempt in range(_START_ATTEMPTS):
+            scout = client.networks.create(self._namespace, labels=labels(self._namespace))
+            scout.reload()
+            picked = scout.attrs["IPAM"]["Config"][0]
+            scout.remove()
+            subnet = ipaddress.ip_network(picked["Subnet"])
+            pool = docker.types.IPAMPool(
+                subnet=str(subnet),
+                iprange=str(next(subnet.subnets(prefixlen_diff=1))),
+                gateway=picked.get("Gateway") or str(subnet.network_address + 1),
+            )
+            try:
+                client.networks.create(
+                    self._namespace,
+                    driver="bridge",
+                    ipam=docker.types.IPAMConfig(pool_configs=[pool]),
+                    labels=labels(self._namespace),
+                )
+            except docker.errors.APIError:
+                if attempt == _START_ATTEMPTS - 1:
+                    raise
+                continue  # another network took the subnet in between: pick again
+            return str(subnet.broadcast_address - 1)
+        raise AssertionError("unreachable")
+
+    def _launch(self) -> None:
         ports = free_ports(len(self._node_ids) + 2)
         self._nats_port, self._monitor_port, self._ports = ports[0], ports[1], ports[2:]
-        self._owned.created = True
-        client.networks.create(self._namespace, driver="bridge", labels=labels(self._namespace))
+        if self.network == "host":
+            # Every server listens on the host's loopback, at the ports picked above.
+            self._owned.created = True
+            nats_url = f"nats://{LOOPBACK}:{self._nats_port}"
+            nats_options: dict[str, Any] = {
+                "command": [
+                    *("--addr", LOOPBACK, "--port", str(self._nats_port)),
+                    *("--http_port", str(self._monitor_port)),
+                ],
+                "network_mode": "host",
+            }
+        else:
+            nats_address = self._create_network()
+            nats_url = f"nats://{nats_address}:4222"
+            endpoint = self._client().api.create_endpoint_config(ipv4_address=nats_address)
+            nats_options = {
+                "command": ["--addr", "0.0.0.0", "--port", "4222", "--http_port", "8222"],
+                "network": self._namespace,
+                "networking_config": {self._namespace: endpoint},
+                "ports": {
+                    "4222/tcp": (LOOPBACK, self._nats_port),
+                    "8222/tcp": (LOOPBACK, self._monitor_port),
+                },
+            }
         self._nats_wanted = True
-        self._run(
-            _NATS,
-            self._nats_image,
-            entrypoint=["nats-server"],
-            command=["--addr", "0.0.0.0", "--port", "4222", "--http_port", "8222"],
-            ports={
-                "4222/tcp": (LOOPBACK, self._nats_port),
-                "8222/tcp": (LOOPBACK, self._monitor_port),
-            },
-        )
+        self._run(_NATS, self._nats_image, entrypoint=["nats-server"], **nats_options)
         for i, node_id in enumerate(self._node_ids):
             port = self._ports[i]
             flat = node_config(
                 node_id=node_id,
                 port=port,
                 data_dir="/data",
-                nats_url=f"nats://{self.nats_container_name}:4222",
+                nats_url=nats_url,
                 namespace=self._namespace,
                 node_ids=self._node_ids,
                 log_level=self._log_level,
                 overrides=self._overrides,
             )
-            # Listen on every interface of the container; advertise what the tests reach.
-            flat["listen"] = f"0.0.0.0:{port}"
-            flat["host"] = LOOPBACK
+            flat["host"] = LOOPBACK  # what the tests reach
+            if self.network == "host":
+                node_options: dict[str, Any] = {"network_mode": "host"}
+            else:
+                # Every interface of the container, behind the published port.
+                flat["listen"] = f"0.0.0.0:{port}"
+                node_options = {
+                    "network": self._namespace,
+                    "ports": {f"{port}/tcp": (LOOPBACK, port)},
+                }
             self._cursors_enabled = bool(flat.get("cursors.stream.partitions"))
             self._wanted[i] = True
             self._run(
                 node_id,
                 self._image,
                 environment={"LBN_CONFIG_YAML": render_yaml(flat)},
-                ports={f"{port}/tcp": (LOOPBACK, port)},
+                **node_options,
             )
 
     # ------------------------------------------------------------------ faults

@@ -54,8 +54,7 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats.testing._backend import CONTAINERS, new_cluster, selected_backend
-from liftbridge_nats.testing._cluster import LocalCluster
+from liftbridge_nats.testing._backend import CONTAINERS, Cluster, new_cluster, selected_backend
 from liftbridge_nats.testing._containers import ContainerCluster
 
 try:  # pytest-asyncio is in the testing extra; without it only nats_client is unusable.
@@ -68,8 +67,6 @@ NO_ENGINE_REASON = (
     "no Docker engine answers, so the container tests cannot run "
     "(start Docker, or leave LIFTBRIDGE_NATS_BACKEND unset)"
 )
-
-Cluster = LocalCluster | ContainerCluster
 
 
 def _backend() -> str:

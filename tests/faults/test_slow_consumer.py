@@ -19,7 +19,7 @@ import pytest
 from liftbridge_nats.client import Client
 from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
 from liftbridge_nats.publisher import Publisher
-from liftbridge_nats.testing import LocalCluster
+from liftbridge_nats.testing import Cluster
 
 from ._support import connect_nats
 
@@ -35,13 +35,15 @@ def _rss() -> int:
 
 
 @pytest.fixture
-async def cluster() -> AsyncIterator[LocalCluster]:
-    async with LocalCluster(1) as c:
+async def cluster(
+    liftbridge_cluster_factory: Callable[..., Cluster],
+) -> AsyncIterator[Cluster]:
+    async with liftbridge_cluster_factory(1) as c:
         yield c
 
 
 async def test_slow_consumer_memory_stays_bounded(
-    cluster: LocalCluster, unique_name: Callable[[str], str], fault_report: Any
+    cluster: Cluster, unique_name: Callable[[str], str], fault_report: Any
 ) -> None:
     name = unique_name("slow")
     count, size = 80_000, 1024

@@ -1,4 +1,9 @@
-"""The real-server harness itself: LocalCluster, its faults, its cleanup, its fixtures."""
+"""The real-server harness itself: LocalCluster, its faults, its cleanup, its fixtures.
+
+Tests of LocalCluster's own surface (process ids, work directory, log files, NATS
+configuration, gRPC TLS) run on processes only; tests/containers covers ContainerCluster
+the same way.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import nats
@@ -17,6 +23,18 @@ import pytest
 from liftbridge_nats._proto import api_pb2, api_pb2_grpc
 from liftbridge_nats.errors import ServerStartError
 from liftbridge_nats.testing import LocalCluster
+
+# Reasons, for tests that check LocalCluster's own surface.
+_PROCESSES = pytest.mark.processes_only(
+    "checks LocalCluster's process ids and work directory; "
+    "tests/containers/test_container_cluster.py checks ContainerCluster's containers"
+)
+_NATS_CONFIG = pytest.mark.processes_only(
+    "configures nats-server with nats_config/nats_url_userinfo, which only LocalCluster takes"
+)
+_GRPC_TLS = pytest.mark.processes_only(
+    "serves gRPC over TLS with certificate files from the host, which only LocalCluster takes"
+)
 
 
 async def _metadata(broker: str, streams: list[str] | None = None) -> api_pb2.FetchMetadataResponse:
@@ -110,6 +128,7 @@ def test_three_node_fixture_lists_every_broker(liftbridge_cluster3: LocalCluster
 # ---------------------------------------------------------------- private clusters
 
 
+@_PROCESSES
 async def test_kill_and_restart_node_rejoins_metadata(unique_name: Callable[..., str]) -> None:
     async with LocalCluster(3) as cluster:
         stream = unique_name("rf3")
@@ -135,6 +154,7 @@ async def test_kill_and_restart_node_rejoins_metadata(unique_name: Callable[...,
             assert meta.streamMetadata[0].partitions[0].leader in cluster.node_ids
 
 
+@_PROCESSES
 async def test_kill_and_restart_nats_clients_reconnect(unique_name: Callable[..., str]) -> None:
     async with LocalCluster() as cluster:
         stream = unique_name("nats-restart")
@@ -167,6 +187,7 @@ async def test_kill_and_restart_nats_clients_reconnect(unique_name: Callable[...
             await nc.close()
 
 
+@_PROCESSES
 def test_sync_cluster_cleans_up_processes_and_dirs() -> None:
     with LocalCluster() as cluster:
         pids = cluster.pids()
@@ -177,6 +198,7 @@ def test_sync_cluster_cleans_up_processes_and_dirs() -> None:
     assert not workdir.exists()
 
 
+@_PROCESSES
 async def test_failed_start_raises_with_logs_and_cleans_up() -> None:
     cluster = LocalCluster(liftbridge_config={"no.such.setting": 1}, start_timeout=20)
     with pytest.raises(ServerStartError) as info:
@@ -189,6 +211,7 @@ async def test_failed_start_raises_with_logs_and_cleans_up() -> None:
     assert not Path(logs[0]).parent.parent.exists()
 
 
+@_PROCESSES
 async def test_cancelled_start_cleans_up() -> None:
     cluster = LocalCluster(3)
     task = asyncio.create_task(cluster.start())
@@ -244,15 +267,16 @@ def test_generated_config_rejects_conflicting_keys() -> None:
         render_yaml({"nats.embedded": True, "nats.embedded.config": "/x"})
 
 
-def test_log_level_reaches_the_server() -> None:
+def test_log_level_reaches_the_server(liftbridge_cluster_factory: Callable[..., Any]) -> None:
     """The server itself validates the generated file: a bad level fails fast."""
     with pytest.raises(ServerStartError, match=r"Invalid logging\.level"):
-        LocalCluster(log_level="loud", start_timeout=20).start_sync()
+        liftbridge_cluster_factory(log_level="loud", start_timeout=20).start_sync()
 
 
 # ---------------------------------------------------------------- auth and TLS
 
 
+@_NATS_CONFIG
 async def test_nats_token_reaches_nodes_and_is_masked_in_logs() -> None:
     token = "harness-secret-token-42"
     async with LocalCluster(
@@ -266,6 +290,7 @@ async def test_nats_token_reaches_nodes_and_is_masked_in_logs() -> None:
         await nc.close()
 
 
+@_GRPC_TLS
 def test_grpc_tls_cluster_becomes_ready(tmp_path: Path) -> None:
     from liftbridge_nats.testing._certs import generate_certificates
 
@@ -289,6 +314,7 @@ def test_grpc_tls_cluster_becomes_ready(tmp_path: Path) -> None:
         assert [b.id for b in meta.brokers] == ["n0"]
 
 
+@_PROCESSES
 async def test_node_that_dies_by_itself_is_reported(unique_name: Callable[..., str]) -> None:
     async with LocalCluster(3) as cluster:
         pid = cluster.node_pid(2)
