@@ -280,6 +280,26 @@ def _spawn(nodes: int) -> subprocess.Popen[str]:
     )
 
 
+def _expect_line(proc: subprocess.Popen[str], start: str) -> None:
+    """The script's next line starts with ``start`` (else fail with what it said)."""
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith(start):
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(f"expected {start!r}, got {line!r}; stderr:\n{err}")
+
+
+def _end(proc: subprocess.Popen[str]) -> str:
+    """Kill the script if it still runs; return its stderr (closing its pipes)."""
+    if proc.poll() is None:
+        proc.kill()
+    if proc.stdout is not None and proc.stdout.closed:  # communicate() ran already
+        proc.wait()
+        return ""
+    return proc.communicate(timeout=60)[1]
+
+
 def _owned_by(client: Any, proc: subprocess.Popen[str]) -> list[str]:
     return _resources(client, f"{OWNER_LABEL}={socket.gethostname()}:{proc.pid}")
 
@@ -288,10 +308,9 @@ def _owned_by(client: Any, proc: subprocess.Popen[str]) -> list[str]:
 def test_ctrl_c_leaves_nothing(docker_engine: Any, when: str) -> None:
     proc = _spawn(3)
     try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "starting"
+        _expect_line(proc, "starting")
         if when == "while running":
-            assert proc.stdout.readline().startswith("ready ")
+            _expect_line(proc, "ready ")
         else:
             deadline = time.monotonic() + 60
             while len(_owned_by(docker_engine, proc)) < 2:
@@ -302,20 +321,17 @@ def test_ctrl_c_leaves_nothing(docker_engine: Any, when: str) -> None:
         _, err = proc.communicate(timeout=120)
         assert "KeyboardInterrupt" in err
     finally:
-        proc.kill()
-        proc.wait()
+        _end(proc)
     assert _owned_by(docker_engine, proc) == []
 
 
 def test_killed_test_process_leftovers_are_cleaned(docker_engine: Any) -> None:
     proc = _spawn(1)
     try:
-        assert proc.stdout is not None
-        proc.stdout.readline()
-        assert proc.stdout.readline().startswith("ready ")
+        _expect_line(proc, "starting")
+        _expect_line(proc, "ready ")
     finally:
-        proc.kill()  # SIGKILL: no clean-up can run
-        proc.communicate()
+        _end(proc)  # SIGKILL: no clean-up can run
     assert len(_owned_by(docker_engine, proc)) == 3  # NATS, n0, the network
     clean = [sys.executable, "-m", "liftbridge_nats.testing", "clean", "--check"]
     done = subprocess.run(clean, capture_output=True, text=True, timeout=120, check=False)
