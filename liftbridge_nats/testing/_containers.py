@@ -187,8 +187,8 @@ class ContainerCluster:
 
     @property
     def namespace(self) -> str:
-        """The Liftbridge cluster namespace; also the name of the cluster's network and
-        the prefix of its container names."""
+        """The Liftbridge cluster namespace; also the prefix of the cluster's container
+        names and the name of its bridge network."""
         return self._namespace
 
     @property
