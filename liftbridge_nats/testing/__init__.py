@@ -7,13 +7,15 @@ gives one or the other as ``LIFTBRIDGE_NATS_BACKEND`` says. ``ensure_liftbridge`
 (once, into a per-user cache) the Liftbridge binary both run. The pytest plugin
 (``liftbridge_nats.testing.pytest_plugin``, loaded automatically) provides the
 ``liftbridge_cluster``, ``liftbridge_cluster3``, ``liftbridge_cluster_factory``,
-``liftbridge_container_cluster``, ``nats_client`` and ``unique_name`` fixtures.
-Nothing here is needed at run time by the SDK itself.
+``liftbridge_container_cluster``, ``nats_client`` and ``unique_name`` fixtures;
+``generate_certificates`` makes a throw-away CA with server and client certificates for
+testing TLS set-ups. Nothing here is needed at run time by the SDK itself.
 """
 
 from __future__ import annotations
 
 from liftbridge_nats.testing._backend import Cluster, new_cluster
+from liftbridge_nats.testing._certs import TestCertificates, generate_certificates
 from liftbridge_nats.testing._cluster import LocalCluster
 from liftbridge_nats.testing._containers import ContainerCluster
 from liftbridge_nats.testing._install import (
@@ -28,8 +30,10 @@ __all__ = [
     "Cluster",
     "ContainerCluster",
     "LocalCluster",
+    "TestCertificates",
     "cache_dir",
     "ensure_liftbridge",
     "find_nats_server",
+    "generate_certificates",
     "new_cluster",
 ]
