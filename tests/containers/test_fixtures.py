@@ -71,13 +71,25 @@ def test_without_servers():
 
 def _pytest_without_engine(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess[str]:
     (tmp_path / "test_needs_docker.py").write_text(_NEEDS_DOCKER)
-    (tmp_path / "pytest.ini").write_text("[pytest]\nasyncio_mode = auto\n")
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     env["DOCKER_HOST"] = f"unix://{tmp_path}/no-engine.sock"
     if ci is not None:
         env["CI"] = ci
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-rs", "-p", "no:cacheprovider", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-W",
+            "error",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            str(tmp_path),
+        ],
         cwd=tmp_path,
         env=env,
         capture_output=True,
