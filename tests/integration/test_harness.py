@@ -19,10 +19,11 @@ from typing import Any
 import grpc
 import nats
 import pytest
+from nats.aio.client import Client as NATS
 
 from liftbridge_nats._proto import api_pb2, api_pb2_grpc
 from liftbridge_nats.errors import ServerStartError
-from liftbridge_nats.testing import LocalCluster
+from liftbridge_nats.testing import Cluster, LocalCluster
 
 # Reasons, for tests that check LocalCluster's own surface.
 _PROCESSES = pytest.mark.processes_only(
@@ -84,8 +85,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 async def test_single_node_fixture_metadata_stream_and_raw_nats_publish(
-    liftbridge_cluster: LocalCluster,
-    nats_client: nats.NATS,
+    liftbridge_cluster: Cluster,
+    nats_client: NATS,
     unique_name: Callable[..., str],
 ) -> None:
     """The 1-node fixture answers metadata, creates streams, and stores a raw NATS
@@ -116,7 +117,7 @@ def test_unique_name_is_unique_and_subject_safe(unique_name: Callable[..., str])
         assert not set(name) & set(". *>\t")
 
 
-def test_three_node_fixture_lists_every_broker(liftbridge_cluster3: LocalCluster) -> None:
+def test_three_node_fixture_lists_every_broker(liftbridge_cluster3: Cluster) -> None:
     async def check() -> None:
         for broker in liftbridge_cluster3.brokers:
             meta = await _metadata(broker)
