@@ -35,6 +35,7 @@ testcontainers reaper (Ryuk) is not used: it needs an image pulled from a regist
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import ipaddress
 import os
@@ -367,22 +368,44 @@ class ContainerCluster:
     def _name(self, server: str) -> str:
         return f"{self._namespace}-{server}"
 
-    def _run(self, server: str, image: str, **options: Any) -> None:
+    def _create(self, server: str, image: str, **options: Any) -> Any:
         import docker.errors
 
         name = self._name(server)
         try:
-            self._client().containers.run(
+            return self._client().containers.create(
                 image,
                 name=name,
-                detach=True,
                 labels={**labels(self._namespace), SERVER_LABEL: server},
                 **options,
             )
         except docker.errors.DockerException as exc:
             raise ServerStartError(
-                f"could not start the container {name} from {image}: {exc}"
+                f"could not create the container {name} from {image}: {exc}"
             ) from exc
+
+    def _start_all(self, containers: list[Any]) -> None:
+        """Start the containers together.
+
+        Nodes bootstrapped with the full peer list must all be up before two of them
+        elect a leader: a node that starts after the leader has replicated to it finds
+        Raft state it did not write and exits ("bootstrap only works on new clusters").
+        Started one after the other, each ``docker start`` taking up to a second on a
+        busy machine, the last node can come that late.
+        """
+        import docker.errors
+
+        def start(container: Any) -> None:
+            try:
+                container.start()
+            except docker.errors.DockerException as exc:
+                raise ServerStartError(
+                    f"could not start the container {container.name}: {exc}"
+                ) from exc
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(containers)) as pool:
+            for done in [pool.submit(start, container) for container in containers]:
+                done.result()
 
     def _create_network(self) -> str:
         """Create the cluster's network; return the address reserved for NATS.
@@ -449,7 +472,10 @@ class ContainerCluster:
                 },
             }
         self._nats_wanted = True
-        self._run(_NATS, self._nats_image, entrypoint=["nats-server"], **nats_options)
+        self._start_all(
+            [self._create(_NATS, self._nats_image, entrypoint=["nats-server"], **nats_options)]
+        )
+        nodes = []
         for i, node_id in enumerate(self._node_ids):
             port = self._ports[i]
             flat = node_config(
@@ -474,12 +500,15 @@ class ContainerCluster:
                 }
             self._cursors_enabled = bool(flat.get("cursors.stream.partitions"))
             self._wanted[i] = True
-            self._run(
-                node_id,
-                self._image,
-                environment={"LBN_CONFIG_YAML": render_yaml(flat)},
-                **node_options,
+            nodes.append(
+                self._create(
+                    node_id,
+                    self._image,
+                    environment={"LBN_CONFIG_YAML": render_yaml(flat)},
+                    **node_options,
+                )
             )
+        self._start_all(nodes)
 
     # ------------------------------------------------------------------ faults
 
