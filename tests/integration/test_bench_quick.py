@@ -25,7 +25,12 @@ from bench.cli import _parser, settings_from  # noqa: E402
 ARGS = ["--quick", "--count", "300", "--warmup", "50", "--subscribe-count", "300",
         "--latency-seconds", "0.5"]  # fmt: skip
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.processes_only(
+        "the benchmark suite starts its own LocalCluster: its figures are of local processes"
+    ),
+]
 
 
 def test_quick_mode_produces_every_case(tmp_path: Path) -> None:

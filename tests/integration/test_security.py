@@ -35,7 +35,13 @@ from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
 from liftbridge_nats.testing import LocalCluster, find_nats_server
 from liftbridge_nats.testing._certs import TestCertificates, generate_certificates
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.processes_only(
+        "configures nats-server (TLS, users, NKeys, tokens, operator mode) and Liftbridge "
+        "TLS with files on the host; ContainerCluster takes no nats_config or certificates"
+    ),
+]
 
 PASSWORD = "pw-" + secrets.token_hex(12)
 TOKEN = "tok-" + secrets.token_hex(12)
