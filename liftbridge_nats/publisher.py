@@ -11,11 +11,17 @@ How it fits together (the split follows aiokafka's producer): this module is the
 face; :mod:`._inflight` is the ledger of messages waiting for their ack (deadlines,
 backpressure); :mod:`.acks` is the one subscription that receives acks; :mod:`._sender`
 is the one background task, for messages that cannot go at once (NATS disconnected,
-re-sends); :mod:`._encoder` builds the envelopes and :mod:`._natswriter` hands them to
-nats-py; :mod:`._checks` checks arguments. The hot path of ``publish_nowait`` is one
-envelope formatting call, one future, one tuple, one dict entry and one append to
-nats-py's outgoing buffer: no timer, no task and no ``wait_for`` per message (one
-``loop.call_at`` timer serves every deadline).
+re-sends); :class:`~liftbridge_nats.wire.PublishEncoder` builds the envelopes;
+:mod:`._checks` checks arguments. All of them reach NATS through one seam, a
+:class:`~liftbridge_nats._transport.PublishTransport` (as httpx's client reaches the
+network): over nats-py in production (its private parts confined to
+:mod:`._natscompat`), in memory in unit tests. A started publisher holds them in one
+session object, built whole by :meth:`Publisher.start`. The hot path of
+``publish_nowait`` is one envelope formatting call, one future, one tuple, one dict
+entry and one append to nats-py's outgoing buffer: no timer, no task and no
+``wait_for`` per message (one ``loop.call_at`` timer serves every deadline). When that
+buffer is over nats-py's pending limit, a publish waits for nats-py's flusher and then
+goes on the same way.
 
 Acks: Liftbridge acks a message on the inbox it carries; the first ack of a correlation
 id settles its future. When several streams record the same subject each of them acks:
@@ -57,7 +63,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._checks import check_correlation_id, check_message, check_subject, is_subject_token
-from ._encoder import PublishEncoder
 from ._inflight import (
     ATTEMPT,
     CID,
@@ -70,9 +75,9 @@ from ._inflight import (
     Flight,
     InflightLedger,
 )
-from ._natswriter import NatsWriter
-from ._sender import Sender, too_large_error
-from .acks import AckListener, no_responders_exception
+from ._sender import Sender
+from ._transport import FastPath, NatsTransport, PublishTransport, log_choice, too_large_error
+from .acks import AckListener, AckStats, no_responders_exception
 from .errors import (
     AckTimeoutError,
     InvalidArgumentError,
@@ -83,8 +88,9 @@ from .errors import (
 )
 from .messages import Ack, AckPolicy
 from .partitioning import PartitionerLike, choose_partition, partition_subject
+from .wire import PublishEncoder
 
-__all__ = ["PublishRecord", "Publisher", "PublisherStats"]
+__all__ = ["FastPath", "PublishRecord", "Publisher", "PublisherStats"]
 
 DEFAULT_MAX_INFLIGHT = 16_384
 DEFAULT_MAX_BUFFERED_BYTES = 32 * 1024 * 1024
@@ -172,6 +178,35 @@ class PublisherStats:
     """Messages waiting for their ack now."""
     buffered: int
     """Messages waiting for NATS to reconnect now."""
+    fast_path_sent: int = 0
+    """Messages (and re-sends) appended straight to nats-py's outgoing buffer."""
+    public_api_sent: int = 0
+    """Messages (and re-sends) sent through nats-py's public ``publish``: all of them
+    when the fast path is off, otherwise only those sent after a reconnect."""
+
+
+class _Session:
+    """Everything a started publisher works with, built whole by :meth:`Publisher.start`
+    and torn down as one by :meth:`Publisher.close`."""
+
+    __slots__ = ("closed", "encoder", "ledger", "listener", "loop", "sender", "timers")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        ledger: InflightLedger,
+        listener: AckListener,
+        encoder: PublishEncoder,
+        sender: Sender,
+    ) -> None:
+        self.loop = loop
+        self.ledger = ledger
+        self.listener = listener
+        self.encoder = encoder
+        self.sender = sender
+        # Re-sends waiting for their back-off (retry after a no-responders report).
+        self.timers: dict[str, asyncio.TimerHandle] = {}
+        self.closed = asyncio.Event()
 
 
 class Publisher:
@@ -195,12 +230,17 @@ class Publisher:
 
     ``max_buffered_bytes`` bounds the messages kept while NATS is disconnected; they are
     sent after the reconnect. ``resume_paused``: :meth:`publish_to_stream` resumes
-    paused partitions (see there). ``direct_writes=False`` sends every message through
-    the public ``nc.publish`` instead of appending it to nats-py's outgoing buffer (see
-    :mod:`liftbridge_nats._natswriter`; same bytes on the wire, slower).
-    ``direct_acks=False`` receives acks through an ordinary nats-py subscription
-    callback instead of taking them from nats-py's parser (see
-    :mod:`liftbridge_nats._directacks`; same results, slower).
+    paused partitions (see there).
+
+    ``fast_path`` (default on; the environment variable ``LIFTBRIDGE_NATS_FAST_PATH=0``
+    changes the default): messages go straight into nats-py's outgoing buffer and acks
+    come straight from its protocol parser, without nats-py's per-message coroutine,
+    message object, queue and task. This leans on nats-py internals, checked once here;
+    when the client does not look as expected the publisher uses nats-py's public API
+    (same bytes, same results, slower) and :attr:`fast_path` says why.
+    ``fast_path=False`` always uses the public API.
+
+    ``nc`` may also be a transport (see :mod:`liftbridge_nats._transport`), as tests do.
     """
 
     def __init__(
@@ -216,8 +256,7 @@ class Publisher:
         no_responders: bool = True,
         max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
         resume_paused: bool = True,
-        direct_writes: bool = True,
-        direct_acks: bool = True,
+        fast_path: bool | None = None,
     ) -> None:
         if not isinstance(ack_timeout, int | float) or not ack_timeout > 0:
             raise InvalidArgumentError(f"ack_timeout must be > 0 seconds, got {ack_timeout!r}")
@@ -229,7 +268,10 @@ class Publisher:
             raise InvalidArgumentError(
                 f"max_buffered_bytes must be an int >= 0, got {max_buffered_bytes!r}"
             )
-        self._nc = nc
+        if isinstance(nc, PublishTransport):
+            self._transport: PublishTransport = nc
+        else:
+            self._transport = NatsTransport(nc, fast_path=fast_path)
         self._ack_timeout = float(ack_timeout)
         self._max_inflight = max_inflight
         self._crc = crc
@@ -239,32 +281,25 @@ class Publisher:
         self._no_responders = no_responders
         self._max_buffered_bytes = max_buffered_bytes
         self._resume_paused = resume_paused
-        self._direct_writes = direct_writes
-        self._direct_acks = direct_acks
         self._state = _NEW
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._ledger: InflightLedger | None = None
-        self._listener: AckListener | None = None
-        self._encoder: PublishEncoder | None = None
+        self._session: _Session | None = None
         # Bound methods looked up once for the hot path (set by start()).
         self._encode: Callable[..., bytes] = _not_started
         self._encode_plain: Callable[[bytes, bytes, AckPolicy], bytes] = _not_started
         self._ledger_add: Callable[[Flight, bool], None] = _not_started
-        self._writer: NatsWriter | None = None
-        self._writer_write: Callable[[str, str, bytes], bool] = _not_started
+        self._must_wait: Callable[[], bool] = _not_started
+        self._write: Callable[[str, str, bytes], bool] = _not_started
         self._create_future: Callable[[], AckFuture] = _not_started
         self._time: Callable[[], float] = _not_started
         self._reply_prefix = ""
+        self._max_payload = 0
         # Correlation ids: a random prefix per publisher and a counter.
         self._cid_prefix = os.urandom(6).hex() + "-"
         self._cid_counter = itertools.count(1)
         self._valid_subjects: set[str] = set()
-        # Messages waiting for NATS (see _sender); the deque is the sender's own.
-        self._sender: Sender | None = None
+        # Messages waiting for NATS (the sender's own deque, set by start()).
         self._outbox: deque[Flight] = deque()
-        self._timers: dict[str, asyncio.TimerHandle] = {}
         self._routes: dict[str, tuple[str, int]] = {}
-        self._closed_event: asyncio.Event | None = None
         self._published = 0
         self._timed_out = 0
         self._resent = 0
@@ -277,46 +312,43 @@ class Publisher:
             return self
         if self._state != _NEW:
             raise PublisherClosedError("this publisher was closed; create a new one")
-        if getattr(self._nc, "is_closed", False):
+        transport = self._transport
+        if transport.closed:
             raise NotConnectedError("the NATS connection is closed; connect before publishing")
         loop = asyncio.get_running_loop()
-        self._loop = loop
-        self._ledger = InflightLedger(
-            loop, max_inflight=self._max_inflight, on_expired=self._on_expired
-        )
-        self._listener = AckListener(
-            self._nc,
-            self._ledger,
-            on_no_responders=self._on_no_responders,
-            direct=self._direct_acks,
-        )
-        self._encoder = PublishEncoder(self._listener.inbox, crc=self._crc)
-        self._encode = self._encoder.encode
-        self._encode_plain = self._encoder.encode_plain
-        self._ledger_add = self._ledger.add
-        self._writer = NatsWriter(self._nc, loop, enabled=self._direct_writes)
-        self._writer_write = self._writer.write
-        self._create_future = loop.create_future
-        self._time = loop.time
-        self._reply_prefix = self._listener.reply_prefix if self._no_responders else ""
-        self._sender = Sender(
-            self._nc,
-            self._ledger,
+        transport.bind(loop)
+        ledger = InflightLedger(loop, max_inflight=self._max_inflight, on_expired=self._on_expired)
+        listener = AckListener(transport, ledger, on_no_responders=self._on_no_responders)
+        sender = Sender(
+            transport,
+            ledger,
             loop,
             max_buffered_bytes=self._max_buffered_bytes,
             is_open=lambda: self._state == _OPEN,
         )
-        self._outbox = self._sender.outbox
-        self._closed_event = asyncio.Event()
         try:
-            await self._listener.start()
+            await listener.start()
         except BaseException:
             # Failed or cancelled: leave no subscription (and its nats-py task) behind.
-            await self._listener.stop()
+            await listener.stop()
             self._state = _CLOSED
-            self._closed_event.set()
             raise
-        self._sender.start()
+        session = _Session(
+            loop, ledger, listener, PublishEncoder(listener.inbox, crc=self._crc), sender
+        )
+        self._session = session
+        self._encode = session.encoder.encode
+        self._encode_plain = session.encoder.encode_plain
+        self._ledger_add = ledger.add
+        self._must_wait = ledger.must_wait
+        self._write = transport.write
+        self._create_future = loop.create_future
+        self._time = loop.time
+        self._reply_prefix = listener.reply_prefix if self._no_responders else ""
+        self._max_payload = transport.max_payload
+        self._outbox = sender.outbox
+        sender.start()
+        log_choice(transport.fast_path)
         self._state = _OPEN
         return self
 
@@ -332,33 +364,41 @@ class Publisher:
         return self._state in (_CLOSING, _CLOSED)
 
     @property
+    def fast_path(self) -> FastPath:
+        """Whether this publisher uses the fast path to nats-py (true in a boolean
+        context), and ``reason`` why not when it does not."""
+        return self._transport.fast_path
+
+    @property
     def pending(self) -> int:
         """Messages published and not yet settled (acked, failed, or timed out)."""
-        return len(self._ledger) if self._ledger is not None else 0
+        return len(self._session.ledger) if self._session is not None else 0
 
     @property
     def ack_inbox(self) -> str:
         """The NATS subject this publisher receives acks on."""
-        if self._listener is None:
-            raise PublisherClosedError("the publisher is not started; use `async with`")
-        return self._listener.inbox
+        return self._live().listener.inbox
 
     @property
     def stats(self) -> PublisherStats:
         """A snapshot of the publisher's counters."""
-        ack = self._listener.stats if self._listener is not None else None
+        session = self._session
+        ack = session.listener.stats if session is not None else AckStats()
+        sender = session.sender if session is not None else None
         return PublisherStats(
             published=self._published,
-            acked=(ack.acks_matched - ack.acks_rejected) if ack else 0,
-            rejected=ack.acks_rejected if ack else 0,
+            acked=ack.acks_matched - ack.acks_rejected,
+            rejected=ack.acks_rejected,
             timed_out=self._timed_out,
-            no_responders=ack.no_responders if ack else 0,
-            resent=self._resent + (self._sender.resent if self._sender else 0),
-            acks_unmatched=ack.acks_unmatched if ack else 0,
-            malformed=ack.malformed if ack else 0,
-            foreign=ack.foreign if ack else 0,
+            no_responders=ack.no_responders,
+            resent=self._resent + (sender.resent if sender is not None else 0),
+            acks_unmatched=ack.acks_unmatched,
+            malformed=ack.malformed,
+            foreign=ack.foreign,
             pending=self.pending,
-            buffered=self._sender.waiting() if self._sender else 0,
+            buffered=sender.waiting() if sender is not None else 0,
+            fast_path_sent=self._transport.fast_sent,
+            public_api_sent=self._transport.public_sent,
         )
 
     async def close(self, timeout: float | None = None) -> None:
@@ -371,18 +411,15 @@ class Publisher:
         and every timer are gone when this returns. Idempotent; concurrent calls wait
         for the first one.
         """
-        if self._state == _NEW:
+        session = self._session
+        if self._state == _CLOSED or session is None:
             self._state = _CLOSED
             return
-        if self._state == _CLOSED:
-            return
-        assert self._closed_event is not None
         if self._state == _CLOSING:
-            await self._closed_event.wait()
+            await session.closed.wait()
             return
         self._state = _CLOSING
-        ledger = self._ledger
-        assert ledger is not None
+        ledger = session.ledger
         ledger.reject_waiters()
         wait = self._ack_timeout if timeout is None else max(0.0, timeout)
         try:
@@ -390,11 +427,10 @@ class Publisher:
             if futures and wait > 0:
                 await asyncio.wait(futures, timeout=wait)
         finally:
-            await self._teardown()
+            await self._teardown(session)
 
-    async def _teardown(self) -> None:
-        ledger = self._ledger
-        assert ledger is not None and self._closed_event is not None
+    async def _teardown(self, session: _Session) -> None:
+        ledger = session.ledger
         ledger.close()
         for flight in ledger.drain():
             future = flight[FUTURE]
@@ -408,15 +444,13 @@ class Publisher:
                         correlation_id=flight[CID],
                     )
                 )
-        for timer in self._timers.values():
+        for timer in session.timers.values():
             timer.cancel()
-        self._timers.clear()
-        if self._sender is not None:
-            await self._sender.stop(_not_sent_error)
-        if self._listener is not None:
-            await self._listener.stop()
+        session.timers.clear()
+        await session.sender.stop(_not_sent_error)
+        await session.listener.stop()
         self._state = _CLOSED
-        self._closed_event.set()
+        session.closed.set()
 
     # ------------------------------------------------------------------ publishing
 
@@ -452,8 +486,7 @@ class Publisher:
         try:
             return await future
         except asyncio.CancelledError:
-            assert self._ledger is not None
-            self._ledger.discard(flight[CID], future)
+            self._live().ledger.discard(flight[CID], future)
             raise
 
     async def publish_nowait(
@@ -531,11 +564,10 @@ class Publisher:
                         await future
                 first_error = _collect(submitted.popleft()[FUTURE], results, first_error)
         except BaseException:
-            assert self._ledger is not None
             for flight in submitted:
                 future = flight[FUTURE]
                 if not future.done():
-                    self._ledger.discard(flight[CID], future)
+                    self._live().ledger.discard(flight[CID], future)
                     future.cancel()
             raise
         if first_error is not None and not return_exceptions:
@@ -549,9 +581,7 @@ class Publisher:
         some are still pending after ``timeout`` seconds (default: wait for them all;
         each ends by its own deadline anyway).
         """
-        self._check_open()
-        assert self._ledger is not None
-        futures = self._ledger.futures()
+        futures = self._live().ledger.futures()
         futures.extend(f[FUTURE] for f in self._outbox if not f[FUTURE].done())
         if not futures:
             return
@@ -575,12 +605,11 @@ class Publisher:
         timeout: float | None,
     ) -> Flight:
         """Publish one message; return its flight (the future is ``flight[FUTURE]``)."""
-        ledger = self._ledger
-        if ledger is None or ledger.must_wait():
+        if self._must_wait():
             await self._wait_for_room()
         elif not self._published & _YIELD_MASK:
             await asyncio.sleep(0)
-            if ledger.must_wait():
+            if self._must_wait():
                 await self._wait_for_room()
         if (
             key is None
@@ -594,17 +623,17 @@ class Publisher:
             flight = self._prepare(
                 subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
             )
-        if self._outbox or not self._writer_write(subject, flight[REPLY], flight[DATA]):
-            await self._send(flight)
+        if (
+            self._outbox or not self._write(subject, flight[REPLY], flight[DATA])
+        ) and not await self._send(flight):
+            return flight  # its deadline passed while the buffer was full: not sent
         self._published += 1
         if flight[ATTEMPT] < 0:  # AckPolicy.NONE: done once handed to NATS
             flight[FUTURE].set_result(None)
         return flight
 
     async def _wait_for_room(self) -> None:
-        self._check_open()
-        assert self._ledger is not None
-        await self._ledger.wait_for_room()
+        await self._live().ledger.wait_for_room()
         self._check_open()
 
     def _prepare_plain(self, subject: str, value: bytes, ack_policy: AckPolicy) -> Flight:
@@ -621,8 +650,8 @@ class Publisher:
             return self._prepare(subject, value, None, None, ack_policy, None, None, None)
         cid = self._cid_prefix + str(next(self._cid_counter))
         data = self._encode_plain(value, cid.encode(), ack_policy)
-        if len(data) > self._nc.max_payload:
-            raise too_large_error(subject, cid, len(data), self._nc.max_payload)
+        if len(data) > self._max_payload:
+            raise too_large_error(subject, cid, len(data), self._max_payload)
         now = self._time()
         deadline = now + self._ack_timeout
         flight: Flight = (
@@ -663,21 +692,20 @@ class Publisher:
             or type(ack_policy) is not AckPolicy
         ):
             value = check_message(value, key, headers, ack_policy, expected_offset, timeout)
-        ledger = self._ledger
         if correlation_id is None:
             cid = self._cid_prefix + str(next(self._cid_counter))
             reply = self._reply_prefix + cid if self._reply_prefix else ""
         else:
             cid = check_correlation_id(correlation_id)
-            if cid in ledger:  # type: ignore[operator]
+            if cid in self._live().ledger:
                 raise InvalidArgumentError(
                     f"correlation id {cid!r} is already in flight; ids must be unique"
                 )
             # A caller's id that is no subject token cannot end a reply subject.
             reply = self._reply_prefix + cid if self._reply_prefix and is_subject_token(cid) else ""
         data = self._encode(value, cid.encode(), key, headers, ack_policy, expected_offset)
-        if len(data) > self._nc.max_payload:
-            raise too_large_error(subject, cid, len(data), self._nc.max_payload)
+        if len(data) > self._max_payload:
+            raise too_large_error(subject, cid, len(data), self._max_payload)
         future: AckFuture = self._create_future()
         if ack_policy is _NO_ACK:
             return (future, cid, subject, data, 0.0, "", 0.0, -1)
@@ -692,17 +720,32 @@ class Publisher:
             final = now + timeout
             deadline = min(final, now + self._ack_timeout) if self._retry else final
         flight: Flight = (future, cid, subject, data, deadline, reply, final, 0)
-        ledger.add(flight, timeout is None)  # type: ignore[union-attr]
+        self._ledger_add(flight, timeout is None)
         return flight
 
-    async def _send(self, flight: Flight) -> None:
-        """The slow path (disconnected, older messages waiting, or no direct writes)."""
-        assert self._sender is not None
-        await self._sender.send(flight)
+    async def _send(self, flight: Flight) -> bool:
+        """The slow path: the connection's buffer is full, NATS is disconnected, older
+        messages wait in the outbox, or the fast path is off. False when the message's
+        deadline passed before it could be sent."""
+        transport = self._transport
+        future = flight[FUTURE]
+        while transport.congested and not self._outbox:
+            # Wait for nats-py's flusher and stay on the fast path; the message's
+            # deadline keeps running, and ends the wait (its future is then settled).
+            try:
+                await transport.wait_writable()
+            except asyncio.CancelledError:
+                self._live().ledger.discard(flight[CID], future)
+                raise
+            if future.done():
+                return False
+            if self._write(flight[SUBJECT], flight[REPLY], flight[DATA]):
+                return True
+        await self._live().sender.send(flight)
+        return True
 
     def _resend(self, flight: Flight) -> None:
-        assert self._sender is not None
-        self._sender.resend(flight)
+        self._live().sender.resend(flight)
 
     # ------------------------------------------------------------------ settling
 
@@ -723,8 +766,7 @@ class Publisher:
                 flight[FINAL],
                 flight[ATTEMPT] + 1,
             )
-            assert self._ledger is not None
-            self._ledger.add(again, False)
+            self._live().ledger.add(again, False)
             self._resend(again)
             return
         self._timed_out += 1
@@ -743,9 +785,8 @@ class Publisher:
     def _on_no_responders(self, flight: Flight) -> None:
         """Listener callback: NATS reports that nobody received this flight."""
         future = flight[FUTURE]
-        loop = self._loop
-        assert loop is not None and self._ledger is not None
-        now = loop.time()
+        session = self._live()
+        now = session.loop.time()
         if self._retry and self._state == _OPEN:
             delay = min(_BACKOFF_MAX, _BACKOFF_FIRST * (2 ** flight[ATTEMPT]))
             if now + delay < flight[FINAL]:
@@ -761,18 +802,20 @@ class Publisher:
                     flight[ATTEMPT] + 1,
                 )
                 # Back in the ledger at once: the deadline keeps running meanwhile.
-                self._ledger.add(again, False)
-                old = self._timers.pop(flight[CID], None)
+                session.ledger.add(again, False)
+                old = session.timers.pop(flight[CID], None)
                 if old is not None:
                     old.cancel()
-                self._timers[flight[CID]] = loop.call_later(delay, self._resend_later, again)
+                session.timers[flight[CID]] = session.loop.call_later(
+                    delay, self._resend_later, again
+                )
                 return
         future.set_exception(no_responders_exception(flight[SUBJECT], flight[CID]))
 
     def _resend_later(self, flight: Flight) -> None:
-        self._timers.pop(flight[CID], None)
-        assert self._ledger is not None
-        if self._ledger.get(flight[CID]) is flight:
+        session = self._live()
+        session.timers.pop(flight[CID], None)
+        if session.ledger.get(flight[CID]) is flight:
             self._resend(flight)
 
     # ------------------------------------------------------------------ streams
@@ -889,14 +932,23 @@ class Publisher:
     # ------------------------------------------------------------------ checks
 
     def _check_open(self) -> None:
-        if self._state == _OPEN:
-            return
+        if self._state != _OPEN:
+            raise self._closed_error()
+
+    def _closed_error(self) -> PublisherClosedError:
         if self._state == _NEW:
-            raise PublisherClosedError(
+            return PublisherClosedError(
                 "the publisher is not started: use `async with Publisher(nc) as pub` "
                 "or `await pub.start()`"
             )
-        raise PublisherClosedError("the publisher is closed; create a new one to publish")
+        return PublisherClosedError("the publisher is closed; create a new one to publish")
+
+    def _live(self) -> _Session:
+        """The session of a started publisher (also while it closes)."""
+        session = self._session
+        if session is None:
+            raise self._closed_error()
+        return session
 
     def _check_subject(self, subject: str) -> None:
         check_subject(subject)

@@ -1,8 +1,9 @@
 """Envelope payloads: publish messages out, acks (and published messages) in.
 
 Sans-IO like :mod:`liftbridge_nats.envelope`. Publish messages are assembled directly
-as protobuf bytes: the Message schema is small and fixed, and building bytes skips a
-protobuf object per message on the hot path. The test suite checks the result against
+as protobuf bytes by :class:`PublishEncoder`, the one Message encoder of the package:
+the schema is small and fixed, and building bytes skips a protobuf object per message
+on the hot path. The test suite checks the result against
 the protobuf library, an independent implementation of the same schema.
 """
 
@@ -20,6 +21,7 @@ from .messages import Ack, AckError, AckPolicy, Message
 
 __all__ = [
     "NO_OFFSET_CHECK",
+    "PublishEncoder",
     "PublishedMessage",
     "ack_from_proto",
     "decode_ack",
@@ -46,18 +48,137 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _length_delimited(tag: int, data: bytes) -> bytes:
-    return bytes((tag,)) + varint(len(data)) + data
+_NO_CHECK_FIELD = b"\x08" + varint(NO_OFFSET_CHECK)
 
 
 _TAG_OFFSET = b"\x08"
-_TAG_KEY = 0x12
-_TAG_VALUE = 0x1A
-_TAG_HEADER = 0x4A
-_TAG_ACK_INBOX = 0x52
-_TAG_CORRELATION_ID = 0x5A
+_TAG_KEY = b"\x12"
+_TAG_VALUE = b"\x1a"
+_TAG_HEADER = b"\x4a"
+_TAG_HEADER_NAME = b"\x0a"
+_TAG_HEADER_VALUE = b"\x12"
+_TAG_ACK_INBOX = b"\x52"
+_TAG_CORRELATION_ID = b"\x5a"
 _TAG_ACK_POLICY = b"\x60"
-_NO_CHECK_FIELD = _TAG_OFFSET + varint(NO_OFFSET_CHECK)
+
+# Single-byte varints cover every length below 128, the common case for keys and
+# correlation ids (and for small values).
+_SMALL_VARINTS = tuple(bytes((n,)) for n in range(128))
+# Longer lengths repeat too (a publisher's values often share a size): remember them.
+_VARINT_CACHE: dict[int, bytes] = {}
+_VARINT_CACHE_LIMIT = 4096
+
+
+def _length(n: int) -> bytes:
+    if n < 128:
+        return _SMALL_VARINTS[n]
+    encoded = _VARINT_CACHE.get(n)
+    if encoded is None:
+        if len(_VARINT_CACHE) >= _VARINT_CACHE_LIMIT:
+            _VARINT_CACHE.clear()
+        encoded = _VARINT_CACHE[n] = varint(n)
+    return encoded
+
+
+def _field(tag: bytes, data: bytes) -> bytes:
+    return tag + _length(len(data)) + data
+
+
+# prefix (header + offset -1), value, ack inbox, correlation id, ack policy.
+_COMMON_BODY = b"%b" + _TAG_VALUE + b"%b%b%b" + _TAG_CORRELATION_ID + b"%b%b%b"
+_PLAIN_HEADER = header(MsgType.PUBLISH)
+
+
+class PublishEncoder:
+    """The one encoder of type-0 envelopes (protobuf ``Message``), for one ack inbox.
+
+    A publisher sends every message with the same ack inbox and, almost always, with
+    no expected offset: those bytes (envelope header, the ``offset = -1`` field, the
+    ack-inbox field, the ack-policy field) are computed once, so encoding a plain
+    message is one ``bytes`` formatting call. ``crc`` adds the CRC-32C.
+    """
+
+    __slots__ = ("_crc", "_inbox_field", "_plain_prefix", "_policy_fields")
+
+    def __init__(self, ack_inbox: str = "", *, crc: bool = False) -> None:
+        self._crc = crc
+        self._inbox_field = _field(_TAG_ACK_INBOX, ack_inbox.encode()) if ack_inbox else b""
+        # Without a CRC the header is constant and can lead the precomputed prefix.
+        self._plain_prefix = (b"" if crc else _PLAIN_HEADER) + _NO_CHECK_FIELD
+        # proto3 omits a field holding its default (LEADER = 0).
+        self._policy_fields = {
+            policy: (_TAG_ACK_POLICY + varint(int(policy)) if policy else b"")
+            for policy in AckPolicy
+        }
+
+    def encode(
+        self,
+        value: bytes,
+        correlation_id: bytes,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+    ) -> bytes:
+        """Return the whole envelope for one message (header included)."""
+        if key or headers or not value or not correlation_id or expected_offset is not None:
+            body = self._general_body(
+                value, correlation_id, key, headers, ack_policy, expected_offset
+            )
+        else:
+            body = self._common_body(value, correlation_id, ack_policy)
+        if self._crc:
+            return header(MsgType.PUBLISH, body, crc=True) + body
+        return body
+
+    def encode_plain(self, value: bytes, correlation_id: bytes, ack_policy: AckPolicy) -> bytes:
+        """:meth:`encode` for a message with a value, a correlation id and nothing else."""
+        if self._crc or not value or not correlation_id:
+            return self.encode(value, correlation_id, ack_policy=ack_policy)
+        return self._common_body(value, correlation_id, ack_policy)
+
+    def _common_body(self, value: bytes, correlation_id: bytes, ack_policy: AckPolicy) -> bytes:
+        size = len(value)
+        cid_size = len(correlation_id)
+        return _COMMON_BODY % (
+            self._plain_prefix,
+            _SMALL_VARINTS[size] if size < 128 else _length(size),
+            value,
+            self._inbox_field,
+            _SMALL_VARINTS[cid_size] if cid_size < 128 else _length(cid_size),
+            correlation_id,
+            self._policy_fields[ack_policy],
+        )
+
+    def _general_body(
+        self,
+        value: bytes,
+        correlation_id: bytes,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        ack_policy: AckPolicy,
+        expected_offset: int | None,
+    ) -> bytes:
+        # Field order follows the schema numbers, as protobuf serialisers write them:
+        # offset 1, key 2, value 3, headers 9, inbox 10, correlation id 11, policy 12.
+        if expected_offset is None:
+            parts = [self._plain_prefix]
+        else:
+            start = b"" if self._crc else _PLAIN_HEADER
+            parts = [start + _TAG_OFFSET + varint(expected_offset)]
+        if key:
+            parts.append(_field(_TAG_KEY, key))
+        if value:
+            parts.append(_field(_TAG_VALUE, value))
+        if headers:
+            for name, data in headers.items():
+                entry = _field(_TAG_HEADER_NAME, name.encode()) + _field(_TAG_HEADER_VALUE, data)
+                parts.append(_field(_TAG_HEADER, entry))
+        parts.append(self._inbox_field)
+        if correlation_id:
+            parts.append(_field(_TAG_CORRELATION_ID, correlation_id))
+        parts.append(self._policy_fields[ack_policy])
+        return b"".join(parts)
 
 
 def encode_publish(
@@ -75,24 +196,11 @@ def encode_publish(
 
     ``expected_offset`` None sends -1 ("no check") so that streams with optimistic
     concurrency control accept the message; proto3's default 0 would mean "expect 0".
+    (:class:`PublishEncoder` does the work; a publisher keeps one per ack inbox.)
     """
-    parts = [_NO_CHECK_FIELD if expected_offset is None else _TAG_OFFSET + varint(expected_offset)]
-    if key:
-        parts.append(_length_delimited(_TAG_KEY, key))
-    if value:
-        parts.append(_length_delimited(_TAG_VALUE, value))
-    if headers:
-        for name, data in headers.items():
-            entry = _length_delimited(0x0A, name.encode()) + _length_delimited(0x12, data)
-            parts.append(_length_delimited(_TAG_HEADER, entry))
-    if ack_inbox:
-        parts.append(_length_delimited(_TAG_ACK_INBOX, ack_inbox.encode()))
-    if correlation_id:
-        parts.append(_length_delimited(_TAG_CORRELATION_ID, correlation_id.encode()))
-    if ack_policy:
-        parts.append(_TAG_ACK_POLICY + varint(int(ack_policy)))
-    payload = b"".join(parts)
-    return header(MsgType.PUBLISH, payload, crc=crc) + payload
+    return PublishEncoder(ack_inbox, crc=crc).encode(
+        value, correlation_id.encode(), key, headers, ack_policy, expected_offset
+    )
 
 
 def _parse(message: api_pb2.Ack | api_pb2.Message, payload: bytes | memoryview, what: str) -> None:
