@@ -92,13 +92,16 @@ class Sender:
     # ------------------------------------------------------------------ sending
 
     async def send(self, flight: Flight) -> None:
-        """Send now through the transport's public path, or keep it while disconnected.
+        """Send or keep a flight the caller could not hand to the transport's fast path.
 
-        Raises the SDK error (the flight is then out of the ledger) when the message
-        cannot be sent at all.
+        With the fast path off (and nothing waiting before it), the flight goes through
+        the transport's public path at once. Otherwise it is kept in order (NATS is
+        disconnected, or its buffer is full) for the sender task, waiting while the
+        outbox is full. Raises the SDK error (the flight is then out of the ledger)
+        when the message cannot be sent at all.
         """
         transport = self._transport
-        if not self.outbox and transport.connected:
+        if not self.outbox and transport.connected and not transport.fast_path:
             try:
                 if await transport.send(flight[SUBJECT], flight[REPLY], flight[DATA], flight[CID]):
                     return
@@ -112,6 +115,17 @@ class Sender:
                 "and create a new Publisher."
             )
         await self._keep(flight)
+
+    def defer(self, flight: Flight) -> bool:
+        """Keep a flight the fast path could not take now (NATS's buffer is full or NATS
+        is disconnected), without waiting; False when the outbox has no room for it."""
+        size = len(flight[DATA])
+        if (self.outbox and self._bytes + size > self._max_bytes) or self._transport.closed:
+            return False
+        self.outbox.append(flight)
+        self._bytes += size
+        self._wakeup.set()
+        return True
 
     def resend(self, flight: Flight) -> None:
         """Queue a flight (already back in the ledger) to be sent again."""
@@ -161,6 +175,7 @@ class Sender:
 
     async def _run(self) -> None:
         transport = self._transport
+        fast = bool(transport.fast_path)
         outbox = self.outbox
         while True:
             await self._wakeup.wait()
@@ -177,30 +192,40 @@ class Sender:
                 self._room.set()
                 if not self.is_live(flight):
                     continue
-                try:
-                    sent = transport.write(flight[SUBJECT], flight[REPLY], flight[DATA])
-                    if not sent and transport.congested:
-                        outbox.appendleft(flight)
-                        self._bytes += len(flight[DATA])
-                        await transport.wait_writable()
+                if fast:
+                    if transport.write(flight[SUBJECT], flight[REPLY], flight[DATA]):
+                        self._sent(flight)
                         continue
-                    if not sent:
-                        sent = await transport.send(
-                            flight[SUBJECT], flight[REPLY], flight[DATA], flight[CID]
-                        )
+                    # The buffer is full (or the connection just went): wait, in order.
+                    outbox.appendleft(flight)
+                    self._bytes += len(flight[DATA])
+                    if transport.congested:
+                        await transport.wait_writable()
+                    else:
+                        await asyncio.sleep(_RECONNECT_POLL)
+                    continue
+                try:
+                    sent = await transport.send(
+                        flight[SUBJECT], flight[REPLY], flight[DATA], flight[CID]
+                    )
                 except LiftbridgeError as exc:
                     self._forget(flight)
                     future = flight[FUTURE]
                     if not future.done():
                         future.set_exception(exc)
                     continue
-                if not sent:
+                if sent:
+                    self._sent(flight)
+                else:
                     # Disconnected between the check and the send: keep it, in order.
                     outbox.appendleft(flight)
                     self._bytes += len(flight[DATA])
                     await asyncio.sleep(_RECONNECT_POLL)
-                elif flight[ATTEMPT] < 0 and not flight[FUTURE].done():
-                    flight[FUTURE].set_result(None)  # AckPolicy.NONE: sent is done
+
+    @staticmethod
+    def _sent(flight: Flight) -> None:
+        if flight[ATTEMPT] < 0 and not flight[FUTURE].done():
+            flight[FUTURE].set_result(None)  # AckPolicy.NONE: sent is done
 
     def _fail_all(self) -> None:
         while self.outbox:

@@ -289,6 +289,9 @@ class Publisher:
         self._ledger_add: Callable[[Flight, bool], None] = _not_started
         self._must_wait: Callable[[], bool] = _not_started
         self._write: Callable[[str, str, bytes], bool] = _not_started
+        self._defer: Callable[[Flight], bool] = _not_started
+        self._discard: Callable[[str, AckFuture], None] = _not_started
+        self._fast = False
         self._create_future: Callable[[], AckFuture] = _not_started
         self._time: Callable[[], float] = _not_started
         self._reply_prefix = ""
@@ -342,6 +345,9 @@ class Publisher:
         self._ledger_add = ledger.add
         self._must_wait = ledger.must_wait
         self._write = transport.write
+        self._defer = sender.defer
+        self._discard = ledger.discard
+        self._fast = bool(transport.fast_path)
         self._create_future = loop.create_future
         self._time = loop.time
         self._reply_prefix = listener.reply_prefix if self._no_responders else ""
@@ -477,7 +483,10 @@ class Publisher:
         :class:`MessageTooLargeError` before sending a message larger than NATS takes.
         Cancelling the call forgets the message (it may still be stored).
         """
-        flight = await self._submit(
+        # Most calls need no await before the ack's: no coroutine of ours in between.
+        flight = self._submit_now(
+            subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
+        ) or await self._submit_waiting(
             subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
         )
         future = flight[FUTURE]
@@ -604,13 +613,32 @@ class Publisher:
         expected_offset: int | None,
         timeout: float | None,
     ) -> Flight:
-        """Publish one message; return its flight (the future is ``flight[FUTURE]``)."""
-        if self._must_wait():
-            await self._wait_for_room()
-        elif not self._published & _YIELD_MASK:
+        """Publish one message from a loop that need not wait for acks (publish_nowait,
+        publish_batch): let the event loop run now and then; return the flight."""
+        if not self._published & _YIELD_MASK:
             await asyncio.sleep(0)
-            if self._must_wait():
-                await self._wait_for_room()
+        return self._submit_now(
+            subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
+        ) or await self._submit_waiting(
+            subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
+        )
+
+    def _submit_now(
+        self,
+        subject: str,
+        value: bytes,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        ack_policy: AckPolicy,
+        correlation_id: str | None,
+        expected_offset: int | None,
+        timeout: float | None,
+    ) -> Flight | None:
+        """Publish one message without awaiting anything; None (and nothing done) when
+        that is not possible: no room in the ledger, the fast path off, or the reconnect
+        buffer full. The flight's future is ``flight[FUTURE]``."""
+        if self._must_wait() or not self._fast:
+            return None
         if (
             key is None
             and headers is None
@@ -625,10 +653,45 @@ class Publisher:
             )
         if (
             self._outbox or not self._write(subject, flight[REPLY], flight[DATA])
-        ) and not await self._send(flight):
-            return flight  # its deadline passed while the buffer was full: not sent
+        ) and not self._defer(flight):
+            # Neither sent nor queued: undone, for the caller to await _submit_waiting.
+            self._discard(flight[CID], flight[FUTURE])
+            return None
         self._published += 1
         if flight[ATTEMPT] < 0:  # AckPolicy.NONE: done once handed to NATS
+            flight[FUTURE].set_result(None)
+        return flight
+
+    async def _submit_waiting(
+        self,
+        subject: str,
+        value: bytes,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        ack_policy: AckPolicy,
+        correlation_id: str | None,
+        expected_offset: int | None,
+        timeout: float | None,
+    ) -> Flight:
+        """:meth:`_submit_now` for when something must be awaited first or instead."""
+        if self._must_wait():
+            await self._wait_for_room()
+        if (
+            key is None
+            and headers is None
+            and correlation_id is None
+            and expected_offset is None
+            and timeout is None
+        ):
+            flight = self._prepare_plain(subject, value, ack_policy)
+        else:
+            flight = self._prepare(
+                subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
+            )
+        if self._outbox or not self._write(subject, flight[REPLY], flight[DATA]):
+            await self._live().sender.send(flight)
+        self._published += 1
+        if flight[ATTEMPT] < 0:
             flight[FUTURE].set_result(None)
         return flight
 
@@ -722,27 +785,6 @@ class Publisher:
         flight: Flight = (future, cid, subject, data, deadline, reply, final, 0)
         self._ledger_add(flight, timeout is None)
         return flight
-
-    async def _send(self, flight: Flight) -> bool:
-        """The slow path: the connection's buffer is full, NATS is disconnected, older
-        messages wait in the outbox, or the fast path is off. False when the message's
-        deadline passed before it could be sent."""
-        transport = self._transport
-        future = flight[FUTURE]
-        while transport.congested and not self._outbox:
-            # Wait for nats-py's flusher and stay on the fast path; the message's
-            # deadline keeps running, and ends the wait (its future is then settled).
-            try:
-                await transport.wait_writable()
-            except asyncio.CancelledError:
-                self._live().ledger.discard(flight[CID], future)
-                raise
-            if future.done():
-                return False
-            if self._write(flight[SUBJECT], flight[REPLY], flight[DATA]):
-                return True
-        await self._live().sender.send(flight)
-        return True
 
     def _resend(self, flight: Flight) -> None:
         self._live().sender.resend(flight)
