@@ -58,7 +58,7 @@ import itertools
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +74,7 @@ from ._inflight import (
     AckFuture,
     Flight,
     InflightLedger,
+    future_factory,
 )
 from ._sender import Sender
 from ._transport import FastPath, NatsTransport, PublishTransport, log_choice, too_large_error
@@ -134,6 +135,38 @@ def _not_sent_error(flight: Flight) -> PublisherClosedError:
         subject=flight[SUBJECT],
         correlation_id=flight[CID],
     )
+
+
+async def _wait_settled(futures: list[AckFuture], timeout: float | None) -> int:
+    """Wait until every future is done or ``timeout`` passed; return how many are not.
+
+    (``asyncio.wait`` refuses the futures :meth:`Publisher.publish` returns: they are
+    coroutines too.)
+    """
+    pending = [f for f in futures if not f.done()]
+    if not pending:
+        return 0
+    all_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    left = len(pending)
+
+    def one_done(_: object) -> None:
+        nonlocal left
+        left -= 1
+        if not left and not all_done.done():
+            all_done.set_result(None)
+
+    for future in pending:
+        future.add_done_callback(one_done)
+    try:
+        await asyncio.wait([all_done], timeout=timeout)
+    finally:
+        for future in pending:
+            future.remove_done_callback(one_done)
+    return sum(1 for f in pending if not f.done())
+
+
+async def _raising(exc: BaseException) -> Any:
+    raise exc
 
 
 def _not_started(*_: object) -> Any:
@@ -293,6 +326,7 @@ class Publisher:
         self._discard: Callable[[str, AckFuture], None] = _not_started
         self._fast = False
         self._create_future: Callable[[], AckFuture] = _not_started
+        self._create_call: Callable[[], AckFuture] = _not_started
         self._time: Callable[[], float] = _not_started
         self._reply_prefix = ""
         self._max_payload = 0
@@ -348,7 +382,8 @@ class Publisher:
         self._defer = sender.defer
         self._discard = ledger.discard
         self._fast = bool(transport.fast_path)
-        self._create_future = loop.create_future
+        self._create_future = future_factory(loop, ledger.discard, call=False)
+        self._create_call = future_factory(loop, ledger.discard, call=True)
         self._time = loop.time
         self._reply_prefix = listener.reply_prefix if self._no_responders else ""
         self._max_payload = transport.max_payload
@@ -431,7 +466,7 @@ class Publisher:
         try:
             futures = ledger.futures()
             if futures and wait > 0:
-                await asyncio.wait(futures, timeout=wait)
+                await _wait_settled(futures, wait)
         finally:
             await self._teardown(session)
 
@@ -460,7 +495,7 @@ class Publisher:
 
     # ------------------------------------------------------------------ publishing
 
-    async def publish(
+    def publish(
         self,
         subject: str,
         value: bytes,
@@ -471,32 +506,59 @@ class Publisher:
         correlation_id: str | None = None,
         expected_offset: int | None = None,
         timeout: float | None = None,
-    ) -> Ack | None:
+    ) -> Coroutine[Any, Any, Ack | None]:
         """Publish one message and wait for its ack (None for ``AckPolicy.NONE``).
 
-        ``expected_offset`` asks a stream with optimistic concurrency control to store
-        the message only at that offset (:class:`IncorrectOffsetError` otherwise).
-        ``timeout`` (default: the publisher's ``ack_timeout``) bounds the whole call.
-        Raises :class:`AckTimeoutError` when no ack came (the message may or may not
-        be stored), :class:`NoRespondersError` when nobody listens on ``subject``, a
+        Use as ``ack = await pub.publish(...)``, in ``asyncio.gather``, or in a task.
+        The message goes out when ``publish`` is called (unless it must wait for room
+        in ``max_inflight``); the awaitable returned gives its ack. ``expected_offset``
+        asks a stream with optimistic concurrency control to store the message only at
+        that offset (:class:`IncorrectOffsetError` otherwise). ``timeout`` (default:
+        the publisher's ``ack_timeout``) bounds the whole call. Raises (when awaited)
+        :class:`AckTimeoutError` when no ack came (the message may or may not be
+        stored), :class:`NoRespondersError` when nobody listens on ``subject``, a
         :class:`PublishRejectedError` subclass when the server refused the message,
         :class:`MessageTooLargeError` before sending a message larger than NATS takes.
         Cancelling the call forgets the message (it may still be stored).
         """
-        # Most calls need no await before the ack's: no coroutine of ours in between.
-        flight = self._submit_now(
-            subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
-        ) or await self._submit_waiting(
+        # The common case returns the ack's future itself (it is also a coroutine): no
+        # coroutine frame and, in asyncio.gather, no task per message.
+        try:
+            flight = self._submit_now(
+                subject,
+                value,
+                key,
+                headers,
+                ack_policy,
+                correlation_id,
+                expected_offset,
+                timeout,
+                self._create_call,
+            )
+        except Exception as exc:
+            return _raising(exc)  # errors surface where the call is awaited, as before
+        if flight is None:
+            return self._publish_waiting(
+                subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
+            )
+        return flight[FUTURE]  # type: ignore[return-value]  # made by _create_call: a PublishCall
+
+    async def _publish_waiting(
+        self,
+        subject: str,
+        value: bytes,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        ack_policy: AckPolicy,
+        correlation_id: str | None,
+        expected_offset: int | None,
+        timeout: float | None,
+    ) -> Ack | None:
+        flight = await self._submit_waiting(
             subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
         )
-        future = flight[FUTURE]
-        if future.done():
-            return future.result()
-        try:
-            return await future
-        except asyncio.CancelledError:
-            self._live().ledger.discard(flight[CID], future)
-            raise
+        # Cancelling this wait cancels the future, which forgets the message.
+        return await flight[FUTURE]
 
     async def publish_nowait(
         self,
@@ -594,11 +656,9 @@ class Publisher:
         futures.extend(f[FUTURE] for f in self._outbox if not f[FUTURE].done())
         if not futures:
             return
-        _, pending = await asyncio.wait(futures, timeout=timeout)
+        pending = await _wait_settled(futures, timeout)
         if pending:
-            raise AckTimeoutError(
-                f"{len(pending)} message(s) still wait for their ack after {timeout}s"
-            )
+            raise AckTimeoutError(f"{pending} message(s) still wait for their ack after {timeout}s")
 
     # ------------------------------------------------------------------ hot path
 
@@ -618,7 +678,15 @@ class Publisher:
         if not self._published & _YIELD_MASK:
             await asyncio.sleep(0)
         return self._submit_now(
-            subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
+            subject,
+            value,
+            key,
+            headers,
+            ack_policy,
+            correlation_id,
+            expected_offset,
+            timeout,
+            self._create_future,
         ) or await self._submit_waiting(
             subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
         )
@@ -633,6 +701,7 @@ class Publisher:
         correlation_id: str | None,
         expected_offset: int | None,
         timeout: float | None,
+        make: Callable[[], AckFuture],
     ) -> Flight | None:
         """Publish one message without awaiting anything; None (and nothing done) when
         that is not possible: no room in the ledger, the fast path off, or the reconnect
@@ -646,10 +715,18 @@ class Publisher:
             and expected_offset is None
             and timeout is None
         ):
-            flight = self._prepare_plain(subject, value, ack_policy)
+            flight = self._prepare_plain(subject, value, ack_policy, make)
         else:
             flight = self._prepare(
-                subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
+                subject,
+                value,
+                key,
+                headers,
+                ack_policy,
+                correlation_id,
+                expected_offset,
+                timeout,
+                make,
             )
         if (
             self._outbox or not self._write(subject, flight[REPLY], flight[DATA])
@@ -683,10 +760,18 @@ class Publisher:
             and expected_offset is None
             and timeout is None
         ):
-            flight = self._prepare_plain(subject, value, ack_policy)
+            flight = self._prepare_plain(subject, value, ack_policy, self._create_future)
         else:
             flight = self._prepare(
-                subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
+                subject,
+                value,
+                key,
+                headers,
+                ack_policy,
+                correlation_id,
+                expected_offset,
+                timeout,
+                self._create_future,
             )
         if self._outbox or not self._write(subject, flight[REPLY], flight[DATA]):
             await self._live().sender.send(flight)
@@ -699,7 +784,9 @@ class Publisher:
         await self._live().ledger.wait_for_room()
         self._check_open()
 
-    def _prepare_plain(self, subject: str, value: bytes, ack_policy: AckPolicy) -> Flight:
+    def _prepare_plain(
+        self, subject: str, value: bytes, ack_policy: AckPolicy, make: Callable[[], AckFuture]
+    ) -> Flight:
         """:meth:`_prepare` for the common message: no key, headers, correlation id,
         expected offset or timeout of its own (anything unusual goes to _prepare)."""
         if self._state != _OPEN:
@@ -710,15 +797,17 @@ class Publisher:
             or ack_policy is _NO_ACK
             or subject not in self._valid_subjects
         ):
-            return self._prepare(subject, value, None, None, ack_policy, None, None, None)
+            return self._prepare(subject, value, None, None, ack_policy, None, None, None, make)
         cid = self._cid_prefix + str(next(self._cid_counter))
         data = self._encode_plain(value, cid.encode(), ack_policy)
         if len(data) > self._max_payload:
             raise too_large_error(subject, cid, len(data), self._max_payload)
         now = self._time()
         deadline = now + self._ack_timeout
+        future = make()
+        future.cid = cid
         flight: Flight = (
-            self._create_future(),
+            future,
             cid,
             subject,
             data,
@@ -740,6 +829,7 @@ class Publisher:
         correlation_id: str | None,
         expected_offset: int | None,
         timeout: float | None,
+        make: Callable[[], AckFuture],
     ) -> Flight:
         """Check, encode and (unless AckPolicy.NONE) enter a message in the ledger."""
         if self._state != _OPEN:
@@ -769,7 +859,8 @@ class Publisher:
         data = self._encode(value, cid.encode(), key, headers, ack_policy, expected_offset)
         if len(data) > self._max_payload:
             raise too_large_error(subject, cid, len(data), self._max_payload)
-        future: AckFuture = self._create_future()
+        future = make()
+        future.cid = cid
         if ack_policy is _NO_ACK:
             return (future, cid, subject, data, 0.0, "", 0.0, -1)
         now = self._time()

@@ -236,3 +236,41 @@ async def test_flush_waits_for_every_ack() -> None:
             transport.ack(sent)
         await asyncio.wait_for(flushing, 1)
         assert all(f.done() for f in futures)
+
+
+async def test_publish_works_with_await_gather_tasks_and_wait_for() -> None:
+    transport = MemoryTransport(responder=auto_ack)
+    async with Publisher(transport) as pub:
+        call = pub.publish("s", b"a")  # sent now; the ack comes with the awaitable
+        assert asyncio.iscoroutine(call)
+        task = asyncio.create_task(pub.publish("s", b"b"))
+        gathered = await asyncio.gather(call, pub.publish("s", b"c"))
+        timed = await asyncio.wait_for(pub.publish("s", b"d"), 1)
+        assert [a.offset for a in (*gathered, await task, timed)] == [0, 2, 1, 3]
+        # A bad argument raises where the call is awaited, as with a coroutine.
+        bad = pub.publish("s", "not bytes")  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            await bad
+        # Waiting for the room in max_inflight takes a coroutine: still awaitable.
+        nowait = await pub.publish_nowait("s", b"e")
+        assert (await nowait).offset == 4
+        done, _ = await asyncio.wait([await pub.publish_nowait("s", b"f")], timeout=1)
+        assert len(done) == 1
+
+
+async def test_cancelling_the_task_of_a_publish_forgets_the_message() -> None:
+    transport = MemoryTransport()
+    async with Publisher(transport) as pub:
+        task = asyncio.create_task(pub.publish("s", b"x"))
+        await asyncio.sleep(0.01)
+        assert pub.pending == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert pub.pending == 0
+        gathered = asyncio.gather(*(pub.publish("s", b"y") for _ in range(10)))
+        await asyncio.sleep(0.01)
+        gathered.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gathered
+        assert pub.pending == 0
