@@ -30,7 +30,10 @@ async def test_two_publishers_share_one_dispatcher_and_leave_no_trace(
     app_sub = await nats_client.subscribe(name, cb=on_plain)
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name)
-        async with Publisher(nats_client) as first, Publisher(nats_client) as second:
+        async with (
+            Publisher(nats_client, fast_path=True) as first,
+            Publisher(nats_client, fast_path=True) as second,
+        ):
             assert first.fast_path and second.fast_path
             assert first._live().listener.direct and second._live().listener.direct
             assert is_installed(nats_client)
