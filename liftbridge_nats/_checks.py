@@ -14,7 +14,13 @@ from typing import Any
 from .errors import InvalidArgumentError
 from .messages import AckPolicy
 
-__all__ = ["check_correlation_id", "check_message", "check_subject", "is_subject_token"]
+__all__ = [
+    "check_correlation_id",
+    "check_headers",
+    "check_message",
+    "check_subject",
+    "is_subject_token",
+]
 
 _INT64_MAX = 2**63 - 1
 # What NATS refuses in a published subject: whitespace, wildcards, empty tokens.
@@ -51,15 +57,7 @@ def check_message(
     if key is not None and not isinstance(key, bytes | bytearray):
         raise TypeError(f"key must be bytes or None, got {type(key).__name__}")
     if headers is not None:
-        if not isinstance(headers, Mapping):
-            raise InvalidArgumentError(
-                f"headers must be a mapping of str to bytes, got {type(headers).__name__}"
-            )
-        for name, data in headers.items():
-            if not isinstance(name, str) or not name or not isinstance(data, bytes):
-                raise InvalidArgumentError(
-                    f"header {name!r}: names must be non-empty str and values bytes"
-                )
+        check_headers(headers)
     if not isinstance(ack_policy, AckPolicy):
         raise InvalidArgumentError(f"ack_policy must be an AckPolicy, got {ack_policy!r}")
     if expected_offset is not None and (
@@ -76,6 +74,19 @@ def check_message(
         raise InvalidArgumentError(f"timeout must be > 0 seconds, got {timeout!r}")
     checked: bytes = value
     return checked
+
+
+def check_headers(headers: Any) -> None:
+    """Raise unless ``headers`` is a mapping of non-empty str to bytes."""
+    if not isinstance(headers, Mapping):
+        raise InvalidArgumentError(
+            f"headers must be a mapping of str to bytes, got {type(headers).__name__}"
+        )
+    for name, data in headers.items():
+        if not isinstance(name, str) or not name or not isinstance(data, bytes):
+            raise InvalidArgumentError(
+                f"header {name!r}: names must be non-empty str and values bytes"
+            )
 
 
 def check_correlation_id(correlation_id: Any) -> str:

@@ -110,8 +110,8 @@ def future_factory(
 
 # A flight is a plain tuple, the cheapest record Python builds:
 # (future, correlation id, subject, encoded envelope, loop-time deadline of this attempt,
-#  NATS reply subject ("" for none), loop-time deadline of the whole publish, attempt no.)
-Flight = tuple[AckFuture, str, str, bytes, float, str, float, int]
+#  NATS reply subject (b"" for none), loop-time deadline of the whole publish, attempt no.)
+Flight = tuple[AckFuture, str, str, bytes, float, bytes, float, int]
 FUTURE: Final = 0
 CID: Final = 1
 SUBJECT: Final = 2

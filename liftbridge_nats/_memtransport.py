@@ -130,7 +130,7 @@ class MemoryTransport(PublishTransport):
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
 
-    def write(self, subject: str, reply: str, data: bytes) -> bool:
+    def write(self, subject: str, reply: bytes, data: bytes) -> bool:
         if not self._fast or not self.connected:
             self.congested = False
             return False
@@ -142,7 +142,7 @@ class MemoryTransport(PublishTransport):
             self.congested = True
             return False
         self._fast_sent += 1
-        self._append(Sent(subject, reply, data, True))
+        self._append(Sent(subject, reply.decode(), data, True))
         return True
 
     async def wait_writable(self) -> None:
@@ -155,14 +155,14 @@ class MemoryTransport(PublishTransport):
         finally:
             handle.cancel()
 
-    async def send(self, subject: str, reply: str, data: bytes, correlation_id: str = "") -> bool:
+    async def send(self, subject: str, reply: bytes, data: bytes, correlation_id: str = "") -> bool:
         if self._closed:
             raise NotConnectedError("the connection is closed")
         if not self._connected:
             return False
         await asyncio.sleep(0)  # the public API is a coroutine that yields
         self._public_sent += 1
-        self._append(Sent(subject, reply, data, False))
+        self._append(Sent(subject, reply.decode(), data, False))
         return True
 
     async def flush(self) -> None:

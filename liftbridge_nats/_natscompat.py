@@ -41,6 +41,19 @@ _log = logging.getLogger("liftbridge_nats.publisher")
 
 _SUBJECT_CACHE_LIMIT = 4096
 _CRLF = b"\r\n"
+# " <size>\r\n" (after a reply subject) and "<size>\r\n", by payload size.
+_TAILS_AFTER_REPLY: dict[int, bytes] = {}
+_TAILS: dict[int, bytes] = {}
+
+
+def _tail(size: int, after_reply: bool) -> bytes:
+    tails = _TAILS_AFTER_REPLY if after_reply else _TAILS
+    if len(tails) >= _SUBJECT_CACHE_LIMIT:
+        tails.clear()
+    tail = tails[size] = (b" %d\r\n" if after_reply else b"%d\r\n") % size
+    return tail
+
+
 # While waiting for the flusher, look again this often: a flusher that died with the
 # connection never resolves the future it was handed.
 _DRAIN_POLL = 0.05
@@ -95,7 +108,7 @@ def _process_msg_ok(nc: Any) -> bool:
     if process is None:
         return False
     if isinstance(getattr(nc, _TABLE_ATTR, None), _RouteTable):
-        return True  # our dispatcher, installed by another publisher on this connection
+        return True  # our dispatcher (a plain function), installed by another publisher
     if not inspect.iscoroutinefunction(process):
         return False
     try:
@@ -117,9 +130,9 @@ class DirectWriter:
     __slots__ = (
         "_connected",
         "_flushed",
+        "_heads",
         "_loop",
         "_nc",
-        "_subjects",
         "_timer",
         "_waiters",
         "congested",
@@ -129,7 +142,7 @@ class DirectWriter:
     def __init__(self, nc: Any, loop: asyncio.AbstractEventLoop) -> None:
         self._nc = nc
         self._loop = loop
-        self._subjects: dict[str, bytes] = {}
+        self._heads: dict[str, bytes] = {}
         # Connected and not draining, in one comparison (what is_connected and
         # is_draining_pubs look at).
         self._connected = type(nc).CONNECTED
@@ -141,30 +154,34 @@ class DirectWriter:
         self.congested = False
         self.sent = 0
 
-    def write(self, subject: str, reply: str, data: bytes) -> bool:
+    def write(self, subject: str, reply: bytes, data: bytes) -> bool:
         """Queue one message for the client's flusher; False if it was not taken."""
         nc = self._nc
         flusher = nc._flusher_task
         if nc._status != self._connected or flusher is None or flusher.done():
             self.congested = False
             return False
-        size = len(data)
-        head = self._subjects.get(subject)
+        head = self._heads.get(subject)
         if head is None:
             head = self._head(subject)
+        size = len(data)
+        # The command goes in as pieces ("PUB <subject> ", reply, " <size>\r\n", payload,
+        # "\r\n"): the flusher joins the whole buffer anyway, so nothing is joined
+        # twice and the payload is copied once.
         if reply:
-            line = b"PUB %b %b %d\r\n" % (head, reply.encode(), size)
+            tail = _TAILS_AFTER_REPLY.get(size) or _tail(size, True)
+            pieces: tuple[bytes, ...] = (head, reply, tail, data, _CRLF)
+            pending_size = nc._pending_data_size + len(head) + len(reply) + len(tail) + size + 2
         else:
-            line = b"PUB %b %d\r\n" % (head, size)
-        pending_size = nc._pending_data_size + len(line) + size + 2
+            tail = _TAILS.get(size) or _tail(size, False)
+            pieces = (head, tail, data, _CRLF)
+            pending_size = nc._pending_data_size + len(head) + len(tail) + size + 2
         if pending_size > nc._max_pending_size > 0 and nc._pending_data_size:
             # nc.publish would append it and then wait for the flusher; refusing it
-            # lets the caller wait before appending, bounded by the message's deadline.
+            # lets the caller keep it (in order) until the flusher caught up.
             self.congested = True
             return False
-        # Three buffers instead of one joined command: the flusher joins the whole
-        # buffer anyway, so the payload is copied once instead of twice.
-        nc._pending.extend((line, data, _CRLF))
+        nc._pending.extend(pieces)
         nc._pending_data_size = pending_size
         stats = nc.stats
         stats["out_msgs"] += 1
@@ -217,9 +234,9 @@ class DirectWriter:
                 waiter.set_result(None)
 
     def _head(self, subject: str) -> bytes:
-        if len(self._subjects) >= _SUBJECT_CACHE_LIMIT:
-            self._subjects.clear()
-        head = self._subjects[subject] = subject.encode()
+        if len(self._heads) >= _SUBJECT_CACHE_LIMIT:
+            self._heads.clear()
+        head = self._heads[subject] = b"PUB %b " % subject.encode()
         return head
 
 
@@ -235,24 +252,28 @@ class _RouteTable:
         self.handlers: dict[int, Handler] = {}
 
 
-def _make_dispatcher(nc: Any, table: _RouteTable) -> ProcessMsg:
+def _make_dispatcher(nc: Any, table: _RouteTable) -> Callable[..., Awaitable[None]]:
     handlers = table.handlers
     original = table.original
     stats = nc.stats
+    # nats-py's parser awaits what _process_msg returns. For our acks that is a future
+    # that is already done: no coroutine object and frame per ack.
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    done.set_result(None)
 
-    async def process_msg(
+    def process_msg(
         sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any
-    ) -> None:
+    ) -> Awaitable[None]:
         handler = handlers.get(sid)
         if handler is None or headers is not None:
-            await original(sid, subject, reply, data, headers)
-            return
+            return original(sid, subject, reply, data, headers)
         stats["in_msgs"] += 1
         stats["in_bytes"] += len(data)
         try:
             handler(data)
         except Exception:  # never break the client's read loop on our account
             _log.exception("liftbridge-nats: an ack handler failed")
+        return done
 
     return process_msg
 

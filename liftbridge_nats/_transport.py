@@ -149,15 +149,18 @@ class PublishTransport(abc.ABC):
         """Called once by the publisher's start(), on its event loop."""
 
     @abc.abstractmethod
-    def write(self, subject: str, reply: str, data: bytes) -> bool:
-        """Hand a message to the connection now; False when it was not taken."""
+    def write(self, subject: str, reply: bytes, data: bytes) -> bool:
+        """Hand a message to the connection now; False when it was not taken.
+
+        ``reply`` is the NATS reply subject (empty for none), as bytes.
+        """
 
     @abc.abstractmethod
     async def wait_writable(self) -> None:
         """Wait until the outgoing buffer has room again, or a short while passed."""
 
     @abc.abstractmethod
-    async def send(self, subject: str, reply: str, data: bytes, correlation_id: str = "") -> bool:
+    async def send(self, subject: str, reply: bytes, data: bytes, correlation_id: str = "") -> bool:
         """Send through the connection's public API; False when it is down right now.
 
         Raises a :class:`LiftbridgeError` when the message cannot be sent at all.
@@ -263,17 +266,17 @@ class NatsTransport(PublishTransport):
             # The hot path calls the writer's method itself: no layer in between.
             self.write = self._writer.write  # type: ignore[method-assign]
 
-    def write(self, subject: str, reply: str, data: bytes) -> bool:
+    def write(self, subject: str, reply: bytes, data: bytes) -> bool:
         return False  # replaced per instance (see __init__ and bind)
 
     async def wait_writable(self) -> None:
         if self._writer is not None:
             await self._writer.wait_writable()
 
-    async def send(self, subject: str, reply: str, data: bytes, correlation_id: str = "") -> bool:
+    async def send(self, subject: str, reply: bytes, data: bytes, correlation_id: str = "") -> bool:
         nc = self._nc
         try:
-            await nc.publish(subject, data, reply)
+            await nc.publish(subject, data, reply.decode())
         except nats_errors.OutboundBufferLimitError:
             if nc.is_closed:
                 closed = nats_errors.ConnectionClosedError()

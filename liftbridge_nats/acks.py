@@ -289,7 +289,7 @@ class AckListener:
         else:
             self._matched += 1
             # The ack came to our inbox for this correlation id: both are known.
-            future.set_result(ack_from_proto(pb, correlation_id=cid, ack_inbox=self._inbox))
+            future.set_result(ack_from_proto(pb, cid, self._inbox))
 
     def _unwrap(self, data: bytes) -> memoryview | None:
         """The Ack payload of an envelope with a CRC or an unusual header; None (and

@@ -28,6 +28,7 @@ __all__ = [
     "decode_ack_payload",
     "decode_publish",
     "encode_publish",
+    "header_fields",
     "message_from_proto",
     "varint",
 ]
@@ -86,6 +87,8 @@ def _field(tag: bytes, data: bytes) -> bytes:
 
 # prefix (header + offset -1), value, ack inbox, correlation id, ack policy.
 _COMMON_BODY = b"%b" + _TAG_VALUE + b"%b%b%b" + _TAG_CORRELATION_ID + b"%b%b%b"
+# prefix, key field, value, headers, ack inbox, correlation id, ack policy.
+_KEYED_BODY = b"%b%b" + _TAG_VALUE + b"%b%b%b%b" + _TAG_CORRELATION_ID + b"%b%b%b"
 _PLAIN_HEADER = header(MsgType.PUBLISH)
 
 
@@ -137,6 +140,32 @@ class PublishEncoder:
             return self.encode(value, correlation_id, ack_policy=ack_policy)
         return self._common_body(value, correlation_id, ack_policy)
 
+    def encode_keyed(
+        self,
+        value: bytes,
+        correlation_id: bytes,
+        key: bytes | None,
+        header_fields: bytes,
+        ack_policy: AckPolicy,
+    ) -> bytes:
+        """:meth:`encode` for a message with a value, a correlation id, a key and/or
+        headers already encoded by :func:`header_fields` (no CRC: see :meth:`encode`)."""
+        if self._crc or not value or not correlation_id:
+            raise ValueError("encode_keyed takes a value and a correlation id, without CRC")
+        size = len(value)
+        cid_size = len(correlation_id)
+        return _KEYED_BODY % (
+            self._plain_prefix,
+            _TAG_KEY + _length(len(key)) + key if key else b"",
+            _SMALL_VARINTS[size] if size < 128 else _length(size),
+            value,
+            header_fields,
+            self._inbox_field,
+            _SMALL_VARINTS[cid_size] if cid_size < 128 else _length(cid_size),
+            correlation_id,
+            self._policy_fields[ack_policy],
+        )
+
     def _common_body(self, value: bytes, correlation_id: bytes, ack_policy: AckPolicy) -> bytes:
         size = len(value)
         cid_size = len(correlation_id)
@@ -171,14 +200,21 @@ class PublishEncoder:
         if value:
             parts.append(_field(_TAG_VALUE, value))
         if headers:
-            for name, data in headers.items():
-                entry = _field(_TAG_HEADER_NAME, name.encode()) + _field(_TAG_HEADER_VALUE, data)
-                parts.append(_field(_TAG_HEADER, entry))
+            parts.append(header_fields(headers))
         parts.append(self._inbox_field)
         if correlation_id:
             parts.append(_field(_TAG_CORRELATION_ID, correlation_id))
         parts.append(self._policy_fields[ack_policy])
         return b"".join(parts)
+
+
+def header_fields(headers: Mapping[str, bytes]) -> bytes:
+    """The protobuf fields of a Message's headers map (names and values unchecked)."""
+    out = b""
+    for name, data in headers.items():
+        entry = _field(_TAG_HEADER_NAME, name.encode()) + _field(_TAG_HEADER_VALUE, data)
+        out += _field(_TAG_HEADER, entry)
+    return out
 
 
 def encode_publish(
@@ -247,7 +283,7 @@ assert Ack.__slots__ == (
 
 
 def ack_from_proto(
-    pb: api_pb2.Ack, *, correlation_id: str | None = None, ack_inbox: str | None = None
+    pb: api_pb2.Ack, correlation_id: str | None = None, ack_inbox: str | None = None
 ) -> Ack:
     """Build the public :class:`Ack` from a parsed protobuf ack.
 

@@ -33,7 +33,7 @@ def test_buffers_join_to_what_nats_py_would_send(reply: str, size: int) -> None:
         writer = DirectWriter(nc, asyncio.get_running_loop())
         payloads = [bytes([65 + i]) * size for i in range(3)]
         for payload in payloads:
-            assert writer.write("orders.eu", reply, payload)
+            assert writer.write("orders.eu", reply.encode(), payload)
         if reply:
             expected = b"".join(pub_cmd("orders.eu", reply, p) for p in payloads)
         else:  # nats-py writes "PUB <subject>  <size>" (two spaces) here; one is canonical
@@ -51,9 +51,10 @@ def test_refuses_what_would_overflow_until_the_flusher_ran() -> None:
         loop = asyncio.get_running_loop()
         nc = _Connected(loop, max_pending=300)
         writer = DirectWriter(nc, loop)
-        assert writer.write("s", "", b"x" * 100)
-        assert not writer.write("s", "", b"x" * 200) and writer.congested
-        assert len(nc._pending) == 3
+        assert writer.write("s", b"", b"x" * 100)
+        assert not writer.write("s", b"", b"x" * 200) and writer.congested
+        pending = b"".join(nc._pending)
+        assert pending == b"PUB s 100\r\n" + b"x" * 100 + b"\r\n"
         waiting = asyncio.ensure_future(writer.wait_writable())
         await asyncio.sleep(0)
         assert not waiting.done()
@@ -62,10 +63,10 @@ def test_refuses_what_would_overflow_until_the_flusher_ran() -> None:
         nc._pending_data_size = 0
         nc._flush_queue.get_nowait().set_result(None)
         await asyncio.wait_for(waiting, 1)
-        assert writer.write("s", "", b"x" * 200) and writer.sent == 2
+        assert writer.write("s", b"", b"x" * 200) and writer.sent == 2
         nc._status = 0
-        assert not writer.write("s", "", b"y") and not writer.congested
-        assert len(nc._pending) == 3
+        assert not writer.write("s", b"", b"y") and not writer.congested
+        assert b"".join(nc._pending) == b"PUB s 200\r\n" + b"x" * 200 + b"\r\n"
 
     asyncio.run(main())
 
@@ -73,7 +74,7 @@ def test_refuses_what_would_overflow_until_the_flusher_ran() -> None:
 def test_a_lone_message_over_the_limit_is_taken() -> None:
     async def main() -> None:
         nc = _Connected(asyncio.get_running_loop(), max_pending=10)
-        assert DirectWriter(nc, asyncio.get_running_loop()).write("s", "", b"x" * 100)
+        assert DirectWriter(nc, asyncio.get_running_loop()).write("s", b"", b"x" * 100)
 
     asyncio.run(main())
 
@@ -83,7 +84,7 @@ def test_waiting_writers_are_woken_by_the_poll_when_the_flusher_is_gone() -> Non
         loop = asyncio.get_running_loop()
         nc = _Connected(loop, max_pending=10)
         writer = DirectWriter(nc, loop)
-        assert writer.write("s", "", b"x" * 100)
+        assert writer.write("s", b"", b"x" * 100)
         started = loop.time()
         await asyncio.wait_for(asyncio.gather(*(writer.wait_writable() for _ in range(50))), 1)
         assert loop.time() - started < 0.5
@@ -132,19 +133,15 @@ class _Client:
         self.ordinary.append((sid, data, headers))
 
 
-def test_routes_plain_messages_of_registered_sids_only() -> None:
+async def test_routes_plain_messages_of_registered_sids_only() -> None:
     nc = _Client()
     got: list[bytes] = []
     route = DirectAcks(nc)
     assert route.attach(_Sub(7), got.append)
     assert is_installed(nc) and route.attached
-
-    async def feed() -> None:
-        await nc._process_msg(7, b"inbox.ack", b"", b"ack-1", None)
-        await nc._process_msg(7, b"inbox.x", b"", b"", b"NATS/1.0 503\r\n\r\n")  # status
-        await nc._process_msg(8, b"other", b"", b"app", None)
-
-    asyncio.run(feed())
+    await nc._process_msg(7, b"inbox.ack", b"", b"ack-1", None)
+    await nc._process_msg(7, b"inbox.x", b"", b"", b"NATS/1.0 503\r\n\r\n")  # status
+    await nc._process_msg(8, b"other", b"", b"app", None)
     assert got == [b"ack-1"]
     assert nc.stats == {"in_msgs": 1, "in_bytes": 5}
     assert [(sid, data) for sid, data, _ in nc.ordinary] == [(7, b""), (8, b"app")]
@@ -153,7 +150,7 @@ def test_routes_plain_messages_of_registered_sids_only() -> None:
     route.detach()  # idempotent
 
 
-def test_a_failing_handler_does_not_break_the_read_loop(caplog: Any) -> None:
+async def test_a_failing_handler_does_not_break_the_read_loop(caplog: Any) -> None:
     nc = _Client()
     route = DirectAcks(nc)
 
@@ -161,7 +158,7 @@ def test_a_failing_handler_does_not_break_the_read_loop(caplog: Any) -> None:
         raise RuntimeError("bad handler")
 
     assert route.attach(_Sub(1), boom)
-    asyncio.run(nc._process_msg(1, b"s", b"", b"x", None))
+    await nc._process_msg(1, b"s", b"", b"x", None)
     assert "an ack handler failed" in caplog.text
     route.detach()
 
@@ -183,7 +180,7 @@ def test_refuses_clients_it_does_not_know() -> None:
         assert not route.attached and not is_installed(nc)
 
 
-def test_an_instance_method_that_was_there_before_is_put_back() -> None:
+async def test_an_instance_method_that_was_there_before_is_put_back() -> None:
     nc = _Client()
 
     async def custom(sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any) -> None:

@@ -19,6 +19,7 @@ from liftbridge_nats.wire import (
     decode_ack,
     decode_publish,
     encode_publish,
+    header_fields,
 )
 
 INBOX = "_INBOX.abcdefghijklmnopqrstuv.ack"
@@ -177,3 +178,17 @@ def test_fast_ack_maps_unknown_enum_values() -> None:
 def test_encode_plain_equals_encode(value: bytes, cid: bytes, policy: AckPolicy, crc: bool) -> None:
     encoder = PublishEncoder(INBOX, crc=crc)
     assert encoder.encode_plain(value, cid, policy) == encoder.encode(value, cid, ack_policy=policy)
+
+
+@pytest.mark.parametrize("key", [None, b"k", b"key" * 50])
+@pytest.mark.parametrize("headers", [None, {"h": b"v"}, {"a": b"", "long": b"x" * 300}])
+@pytest.mark.parametrize("value", [b"v", b"x" * 200])
+@pytest.mark.parametrize("policy", list(AckPolicy))
+def test_the_keyed_path_encodes_what_encode_does(
+    key: bytes | None, headers: dict[str, bytes] | None, value: bytes, policy: AckPolicy
+) -> None:
+    encoder = PublishEncoder(INBOX)
+    fields = header_fields(headers) if headers else b""
+    assert encoder.encode_keyed(value, b"c-7", key, fields, policy) == encoder.encode(
+        value, b"c-7", key, headers, policy
+    )

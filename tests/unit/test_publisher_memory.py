@@ -13,6 +13,7 @@ from liftbridge_nats._memtransport import MemoryTransport, Sent, auto_ack
 from liftbridge_nats.errors import (
     AckTimeoutError,
     IncorrectOffsetError,
+    InvalidArgumentError,
     NoRespondersError,
     NotConnectedError,
     PublisherClosedError,
@@ -274,3 +275,20 @@ async def test_cancelling_the_task_of_a_publish_forgets_the_message() -> None:
         with pytest.raises(asyncio.CancelledError):
             await gathered
         assert pub.pending == 0
+
+
+async def test_headers_are_checked_on_the_keyed_path_too() -> None:
+    transport = MemoryTransport(responder=auto_ack)
+    async with Publisher(transport) as pub:
+        await pub.publish("s", b"warm-up")  # the subject is known from now on
+        for bad in ({"h": bytearray(b"v")}, {"h": 1}, {"": b"v"}):
+            with pytest.raises(InvalidArgumentError):
+                await pub.publish("s", b"v", key=b"k", headers=bad)  # type: ignore[dict-item]
+        with pytest.raises(TypeError):
+            await pub.publish("s", b"v", key="k")  # type: ignore[arg-type]
+        ack = await pub.publish("s", b"v", key=b"k", headers={"h": b"1"})
+        again = await pub.publish("s", b"w", key=b"k", headers={"h": b"1"})
+        assert ack is not None and again is not None and again.offset == ack.offset + 1
+    sent = transport.delivered[-1].published.message
+    assert sent.key == b"k" and sent.headers == {"h": b"1"} and sent.value == b"w"
+    assert pub.stats.published == 3
