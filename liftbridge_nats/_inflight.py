@@ -24,7 +24,7 @@ import functools
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator, Mapping, Sized
 from typing import Any, Final
 
 from .errors import PublisherClosedError
@@ -190,6 +190,11 @@ class InflightLedger:
     def full(self) -> bool:
         """True when a new flight must wait for room."""
         return len(self._entries) >= self._capacity
+
+    def live_views(self) -> tuple[Mapping[str, Flight], Sized]:
+        """The flights by correlation id and the callers waiting for room, as live
+        objects (never replaced): a hot path can test ``must_wait`` without a call."""
+        return self._entries, self._waiters
 
     def must_wait(self) -> bool:
         """True when a new flight must wait for room (full, or others wait already)."""

@@ -58,7 +58,7 @@ import itertools
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sized
 from dataclasses import dataclass
 from typing import Any
 
@@ -331,6 +331,9 @@ class Publisher:
         self._header_fields: dict[tuple[tuple[str, bytes], ...], bytes] = {}
         self._ledger_add: Callable[[Flight, bool], None] = _not_started
         self._must_wait: Callable[[], bool] = _not_started
+        # The ledger's flights and room waiters, read without a call on the hot path.
+        self._inflight: Mapping[str, Flight] = {}
+        self._room_waiters: Sized = ()
         self._write: Callable[[str, bytes, bytes], bool] = _not_started
         self._defer: Callable[[Flight], bool] = _not_started
         self._discard: Callable[[str, AckFuture], None] = _not_started
@@ -389,6 +392,7 @@ class Publisher:
         self._encode_keyed = session.encoder.encode_keyed
         self._ledger_add = ledger.add
         self._must_wait = ledger.must_wait
+        self._inflight, self._room_waiters = ledger.live_views()
         self._write = transport.write
         self._defer = sender.defer
         self._discard = ledger.discard
@@ -730,7 +734,7 @@ class Publisher:
         """Publish one message without awaiting anything; None (and nothing done) when
         that is not possible: no room in the ledger, the fast path off, or the reconnect
         buffer full. The flight's future is ``flight[FUTURE]``."""
-        if self._must_wait() or not self._fast:
+        if len(self._inflight) >= self._max_inflight or self._room_waiters or not self._fast:
             return None
         if correlation_id is None and expected_offset is None and timeout is None:
             if key is None and headers is None:
