@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -82,6 +83,10 @@ def probe(nc: Any) -> Probe:
             (isinstance(getattr(nc, "_pending_data_size", None), int), "no _pending_data_size"),
             (isinstance(getattr(nc, "_max_pending_size", None), int), "no _max_pending_size"),
             (isinstance(getattr(nc, "_flush_queue", None), asyncio.Queue), "no _flush_queue"),
+            (
+                isinstance(getattr(getattr(nc, "_flush_queue", None), "_queue", None), deque),
+                "no deque in _flush_queue",
+            ),
             (hasattr(nc, "_flusher_task"), "no _flusher_task"),
             (_has_counters(nc, "out_msgs", "out_bytes", "in_msgs", "in_bytes"), "no stats"),
             (_process_msg_ok(nc), "_process_msg has another signature"),
@@ -188,7 +193,7 @@ class DirectWriter:
         stats["out_bytes"] += size
         self.sent += 1
         queue = nc._flush_queue
-        if queue.empty():
+        if not queue._queue:  # asyncio.Queue.empty(), without the call
             # What nc.publish does through _flush_pending: wake the flusher once.
             self._flushed = flushed = self._loop.create_future()
             queue.put_nowait(flushed)

@@ -44,7 +44,7 @@ from .errors import (
     RetriedIncorrectOffsetError,
 )
 from .messages import AckError
-from .wire import ack_from_proto
+from .wire import ack_view
 
 __all__ = [
     "AckListener",
@@ -56,8 +56,7 @@ __all__ = [
 # The server sends acks without a CRC, so nearly every ack starts with these 8 bytes.
 _PLAIN_ACK_HEADER = header(MsgType.ACK)
 _HEADER_LEN = len(_PLAIN_ACK_HEADER)
-_PbAck = api_pb2.Ack
-_FRESH_PB_EVERY = 4095  # a mask: a fresh protobuf Ack every 4096 parses
+_parse_ack = api_pb2.Ack.FromString
 
 
 def ack_error_exception(
@@ -175,10 +174,6 @@ class AckListener:
         self._inbox = self._reply_prefix + "ack"
         self._on_no_responders = on_no_responders or _fail_no_responders
         self._sub: InboxSubscription | None = None
-        # One protobuf Ack, parsed into again for every ack (its fields are copied out
-        # into the public Ack before the next message arrives), replaced now and then.
-        self._pb = _PbAck()
-        self._parses = 0
         self._matched = 0
         self._rejected = 0
         self._unmatched = 0
@@ -265,14 +260,10 @@ class AckListener:
             if unwrapped is None:
                 return
             payload = unwrapped
-        self._parses += 1
-        if not self._parses & _FRESH_PB_EVERY:
-            # upb never shrinks a message's arena: a protobuf message parsed into again
-            # and again grows by the size of its strings every time.
-            self._pb = _PbAck()
-        pb = self._pb
         try:
-            pb.ParseFromString(payload)  # type: ignore[arg-type]  # any buffer works
+            # A fresh protobuf per ack (upb parses into a new message faster than into
+            # a reused one): it stays with the Ack, whose fields it fills when read.
+            pb = _parse_ack(payload)  # type: ignore[arg-type]  # any buffer works
         except DecodeError:
             self._malformed += 1
             return
@@ -288,8 +279,7 @@ class AckListener:
             self._settle_error(future, pb, flight)
         else:
             self._matched += 1
-            # The ack came to our inbox for this correlation id: both are known.
-            future.set_result(ack_from_proto(pb, cid, self._inbox))
+            future.set_result(ack_view(pb))
 
     def _unwrap(self, data: bytes) -> memoryview | None:
         """The Ack payload of an envelope with a CRC or an unusual header; None (and

@@ -399,7 +399,8 @@ class Publisher:
         self._fast = bool(transport.fast_path)
         self._create_future = future_factory(loop, ledger.discard, call=False)
         self._create_call = future_factory(loop, ledger.discard, call=True)
-        self._time = loop.time
+        # asyncio's own loops read time.monotonic(): calling it directly spares a frame.
+        self._time = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
         self._reply_prefix = listener.reply_prefix.encode() if self._no_responders else b""
         self._max_payload = transport.max_payload
         self._outbox = sender.outbox

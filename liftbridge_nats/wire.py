@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, SupportsIndex
 
 from google.protobuf.message import DecodeError
 
@@ -24,6 +25,7 @@ __all__ = [
     "PublishEncoder",
     "PublishedMessage",
     "ack_from_proto",
+    "ack_view",
     "decode_ack",
     "decode_ack_payload",
     "decode_publish",
@@ -292,20 +294,89 @@ def ack_from_proto(
     ``correlation_id`` and ``ack_inbox``: values the caller already holds (equal to the
     protobuf's), which spares reading them again on the publisher's hot path.
     """
+    ack: Ack = _new_ack(Ack)
+    _fill(
+        ack,
+        pb,
+        pb.correlationId if correlation_id is None else correlation_id,
+        pb.ackInbox if ack_inbox is None else ack_inbox,
+    )
+    return ack
+
+
+def _fill(ack: Ack, pb: api_pb2.Ack, correlation_id: str, ack_inbox: str) -> None:
     policy = pb.ackPolicy
     error = pb.ackError
-    ack: Ack = _new_ack(Ack)
     _set_stream(ack, pb.stream)
     _set_partition_subject(ack, pb.partitionSubject)
     _set_message_subject(ack, pb.msgSubject)
     _set_offset(ack, pb.offset)
-    _set_ack_inbox(ack, pb.ackInbox if ack_inbox is None else ack_inbox)
-    _set_correlation_id(ack, pb.correlationId if correlation_id is None else correlation_id)
+    _set_ack_inbox(ack, ack_inbox)
+    _set_correlation_id(ack, correlation_id)
     _set_ack_policy(ack, _POLICIES[policy] if 0 <= policy < _POLICY_COUNT else AckPolicy.LEADER)
     _set_reception_timestamp(ack, pb.receptionTimestamp)
     _set_commit_timestamp(ack, pb.commitTimestamp)
     _set_error(ack, _ERRORS[error] if 0 <= error < _ERROR_COUNT else AckError.UNKNOWN)
-    return ack
+
+
+class _AckView(Ack):
+    """An :class:`Ack` whose fields are read from its protobuf on first access.
+
+    The publisher resolves a future with one for every ack: many callers never look
+    at the ack, and filling its fields costs about as much as parsing the protobuf.
+    The protobuf waits in the first slot; the first access of any field (or equality,
+    hash, repr, pickling, copying) fills every slot and turns the object into a plain
+    :class:`Ack` (same layout, so ``__class__`` can change), which it then stays.
+    """
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        _materialize(self)
+        return self == other
+
+    def __hash__(self) -> int:
+        _materialize(self)
+        return hash(self)
+
+    def __repr__(self) -> str:
+        _materialize(self)
+        return repr(self)
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        _materialize(self)
+        return self.__reduce_ex__(protocol)
+
+
+_get_pb = vars(Ack)["stream"].__get__  # the slot itself, under _AckView's property
+
+
+def _materialize(view: Ack) -> None:
+    if type(view) is _AckView:
+        pb = _get_pb(view)
+        _fill(view, pb, pb.correlationId, pb.ackInbox)
+        object.__setattr__(view, "__class__", Ack)
+
+
+def _field_reader(name: str) -> property:
+    def read(self: Ack) -> Any:
+        _materialize(self)
+        return getattr(self, name)
+
+    return property(read, doc=f"The ack's {name} (read from the protobuf on first access).")
+
+
+for _name in Ack.__slots__:
+    setattr(_AckView, _name, _field_reader(_name))
+
+
+def ack_view(pb: api_pb2.Ack) -> Ack:
+    """An :class:`Ack` for ``pb`` (handed over for good: not to be parsed into again),
+    whose fields are read on first access; until then only ``type()`` tells it from
+    :func:`ack_from_proto`'s."""
+    view: Ack = _new_ack(_AckView)
+    _set_stream(view, pb)
+    return view
 
 
 def decode_ack_payload(payload: bytes | memoryview) -> Ack:
