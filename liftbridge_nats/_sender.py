@@ -187,22 +187,13 @@ class Sender:
                 if not transport.connected:
                     await asyncio.sleep(_RECONNECT_POLL)
                     continue
+                if fast:
+                    await self._write_out()
+                    continue
                 flight = outbox.popleft()
                 self._bytes -= len(flight[DATA])
                 self._room.set()
                 if not self.is_live(flight):
-                    continue
-                if fast:
-                    if transport.write(flight[SUBJECT], flight[REPLY], flight[DATA]):
-                        self._sent(flight)
-                        continue
-                    # The buffer is full (or the connection just went): wait, in order.
-                    outbox.appendleft(flight)
-                    self._bytes += len(flight[DATA])
-                    if transport.congested:
-                        await transport.wait_writable()
-                    else:
-                        await asyncio.sleep(_RECONNECT_POLL)
                     continue
                 try:
                     sent = await transport.send(
@@ -221,6 +212,35 @@ class Sender:
                     outbox.appendleft(flight)
                     self._bytes += len(flight[DATA])
                     await asyncio.sleep(_RECONNECT_POLL)
+
+    async def _write_out(self) -> None:
+        """Hand the outbox to the transport's fast path, in order, as far as it takes
+        it; then wait for its buffer (or the connection) if something is left."""
+        outbox = self.outbox
+        write = self._transport.write
+        live = self._ledger.get
+        written = 0
+        while outbox:
+            flight = outbox[0]
+            future = flight[FUTURE]
+            if future.done() or (flight[ATTEMPT] >= 0 and live(flight[CID]) is not flight):
+                outbox.popleft()  # settled, expired or cancelled while it waited
+                written += len(flight[DATA])
+                continue
+            if not write(flight[SUBJECT], flight[REPLY], flight[DATA]):
+                break
+            outbox.popleft()
+            written += len(flight[DATA])
+            if flight[ATTEMPT] < 0:
+                future.set_result(None)  # AckPolicy.NONE: sent is done
+        self._bytes -= written
+        self._room.set()
+        if outbox:
+            # The buffer is full (or the connection just went): wait, in order.
+            if self._transport.congested:
+                await self._transport.wait_writable()
+            else:
+                await asyncio.sleep(_RECONNECT_POLL)
 
     @staticmethod
     def _sent(flight: Flight) -> None:
