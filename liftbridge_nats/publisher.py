@@ -597,7 +597,6 @@ class Publisher:
         checked before anything is sent (:class:`InvalidArgumentError`,
         :class:`MessageTooLargeError`).
         """
-        # _submit, written out: one coroutine frame per message instead of two.
         if not self._published & _YIELD_MASK:
             await asyncio.sleep(0)
         flight = self._submit_now(
@@ -630,45 +629,40 @@ class Publisher:
         chance to be acked; then the first error is raised, unless
         ``return_exceptions`` puts errors in the list in place of their acks.
         """
-        submitted: deque[Flight] = deque()
+        submitted: deque[AckFuture] = deque()
         results: list[Any] = []
         first_error: BaseException | None = None
-        submit = self._submit
+        nowait = self.publish_nowait
         try:
             for item in items:
                 if isinstance(item, PublishRecord):
-                    flight = await submit(
+                    future = await nowait(
                         subject,
                         item.value,
-                        item.key,
-                        item.headers,
-                        ack_policy,
-                        item.correlation_id,
-                        item.expected_offset,
-                        timeout,
+                        key=item.key,
+                        headers=item.headers,
+                        ack_policy=ack_policy,
+                        correlation_id=item.correlation_id,
+                        expected_offset=item.expected_offset,
+                        timeout=timeout,
                     )
                 else:
-                    flight = await submit(
-                        subject, item, None, None, ack_policy, None, None, timeout
-                    )
-                submitted.append(flight)
+                    future = await nowait(subject, item, ack_policy=ack_policy, timeout=timeout)
+                submitted.append(future)
                 # Collect settled messages as we go: their futures need not stay alive.
-                while submitted[0][FUTURE].done():
-                    first_error = _collect(submitted.popleft()[FUTURE], results, first_error)
+                while submitted[0].done():
+                    first_error = _collect(submitted.popleft(), results, first_error)
                     if not submitted:
                         break
             while submitted:
-                future = submitted[0][FUTURE]
+                future = submitted[0]
                 if not future.done():
                     with contextlib.suppress(Exception):  # errors are collected below
                         await future
-                first_error = _collect(submitted.popleft()[FUTURE], results, first_error)
+                first_error = _collect(submitted.popleft(), results, first_error)
         except BaseException:
-            for flight in submitted:
-                future = flight[FUTURE]
-                if not future.done():
-                    self._live().ledger.discard(flight[CID], future)
-                    future.cancel()
+            for future in submitted:
+                future.cancel()  # forgets its message
             raise
         if first_error is not None and not return_exceptions:
             raise first_error
@@ -691,35 +685,6 @@ class Publisher:
 
     # ------------------------------------------------------------------ hot path
 
-    async def _submit(
-        self,
-        subject: str,
-        value: bytes,
-        key: bytes | None,
-        headers: Mapping[str, bytes] | None,
-        ack_policy: AckPolicy,
-        correlation_id: str | None,
-        expected_offset: int | None,
-        timeout: float | None,
-    ) -> Flight:
-        """Publish one message from a loop that need not wait for acks (publish_nowait,
-        publish_batch): let the event loop run now and then; return the flight."""
-        if not self._published & _YIELD_MASK:
-            await asyncio.sleep(0)
-        return self._submit_now(
-            subject,
-            value,
-            key,
-            headers,
-            ack_policy,
-            correlation_id,
-            expected_offset,
-            timeout,
-            self._create_future,
-        ) or await self._submit_waiting(
-            subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
-        )
-
     def _submit_now(
         self,
         subject: str,
@@ -738,10 +703,7 @@ class Publisher:
         if len(self._inflight) >= self._max_inflight or self._room_waiters or not self._fast:
             return None
         if correlation_id is None and expected_offset is None and timeout is None:
-            if key is None and headers is None:
-                flight = self._prepare_plain(subject, value, ack_policy, make)
-            else:
-                flight = self._prepare_keyed(subject, value, key, headers, ack_policy, make)
+            flight = self._prepare_fast(subject, value, key, headers, ack_policy, make)
         else:
             flight = self._prepare(
                 subject,
@@ -779,14 +741,10 @@ class Publisher:
         """:meth:`_submit_now` for when something must be awaited first or instead."""
         if self._must_wait():
             await self._wait_for_room()
-        if (
-            key is None
-            and headers is None
-            and correlation_id is None
-            and expected_offset is None
-            and timeout is None
-        ):
-            flight = self._prepare_plain(subject, value, ack_policy, self._create_future)
+        if correlation_id is None and expected_offset is None and timeout is None:
+            flight = self._prepare_fast(
+                subject, value, key, headers, ack_policy, self._create_future
+            )
         else:
             flight = self._prepare(
                 subject,
@@ -810,43 +768,7 @@ class Publisher:
         await self._live().ledger.wait_for_room()
         self._check_open()
 
-    def _prepare_plain(
-        self, subject: str, value: bytes, ack_policy: AckPolicy, make: Callable[[], AckFuture]
-    ) -> Flight:
-        """:meth:`_prepare` for the common message: no key, headers, correlation id,
-        expected offset or timeout of its own (anything unusual goes to _prepare)."""
-        if self._state != _OPEN:
-            self._check_open()
-        if (
-            type(value) is not bytes
-            or type(ack_policy) is not AckPolicy
-            or ack_policy is _NO_ACK
-            or subject not in self._valid_subjects
-        ):
-            return self._prepare(subject, value, None, None, ack_policy, None, None, None, make)
-        cid = f"{self._cid_prefix}{next(self._cid_counter)}"
-        cid_bytes = cid.encode()
-        data = self._encode_plain(value, cid_bytes, ack_policy)
-        if len(data) > self._max_payload:
-            raise too_large_error(subject, cid, len(data), self._max_payload)
-        now = self._time()
-        deadline = now + self._ack_timeout
-        future = make()
-        future.cid = cid
-        flight: Flight = (
-            future,
-            cid,
-            subject,
-            data,
-            deadline,
-            self._reply_prefix + cid_bytes if self._reply_prefix else b"",
-            now + self._retry_deadline if self._retry else deadline,
-            0,
-        )
-        self._ledger_add(flight, True)
-        return flight
-
-    def _prepare_keyed(
+    def _prepare_fast(
         self,
         subject: str,
         value: bytes,
@@ -855,37 +777,46 @@ class Publisher:
         ack_policy: AckPolicy,
         make: Callable[[], AckFuture],
     ) -> Flight:
-        """:meth:`_prepare` for a message with a key and/or headers and nothing else of
-        its own: the services' message. Headers are checked and encoded once per
-        distinct set (remembered), the rest in one formatting call."""
+        """:meth:`_prepare` for the common messages: a value, perhaps a key and headers,
+        and no correlation id, expected offset or timeout of their own (anything unusual
+        goes to _prepare). Headers are checked and encoded once per distinct set."""
         if self._state != _OPEN:
             self._check_open()
         if (
             type(value) is not bytes
-            or not value
-            or (key is not None and type(key) is not bytes)
-            or (headers is not None and type(headers) is not dict)
             or type(ack_policy) is not AckPolicy
             or ack_policy is _NO_ACK
-            or self._crc
             or subject not in self._valid_subjects
         ):
             return self._prepare(subject, value, key, headers, ack_policy, None, None, None, make)
-        if headers:
-            items = tuple(headers.items())
-            try:
-                fields = self._header_fields.get(items)
-            except TypeError:  # an unhashable value: no bytes, refused by _prepare
+        fields: bytes | None = None
+        if key is not None or headers is not None:
+            if (
+                not value
+                or (key is not None and type(key) is not bytes)
+                or (headers is not None and type(headers) is not dict)
+                or self._crc
+            ):
                 return self._prepare(
                     subject, value, key, headers, ack_policy, None, None, None, make
                 )
-            if fields is None:
-                fields = self._remember_headers(items, headers)
-        else:
             fields = b""
+            if headers:
+                items = tuple(headers.items())
+                try:
+                    fields = self._header_fields.get(items)
+                except TypeError:  # an unhashable value: no bytes, refused by _prepare
+                    return self._prepare(
+                        subject, value, key, headers, ack_policy, None, None, None, make
+                    )
+                if fields is None:
+                    fields = self._remember_headers(items, headers)
         cid = f"{self._cid_prefix}{next(self._cid_counter)}"
         cid_bytes = cid.encode()
-        data = self._encode_keyed(value, cid_bytes, key, fields, ack_policy)
+        if fields is None:
+            data = self._encode_plain(value, cid_bytes, ack_policy)
+        else:
+            data = self._encode_keyed(value, cid_bytes, key, fields, ack_policy)
         if len(data) > self._max_payload:
             raise too_large_error(subject, cid, len(data), self._max_payload)
         now = self._time()
