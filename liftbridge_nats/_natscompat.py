@@ -43,16 +43,18 @@ _log = logging.getLogger("liftbridge_nats.publisher")
 _SUBJECT_CACHE_LIMIT = 4096
 _CRLF = b"\r\n"
 # " <size>\r\n" (after a reply subject) and "<size>\r\n", by payload size.
-_TAILS_AFTER_REPLY: dict[int, bytes] = {}
-_TAILS: dict[int, bytes] = {}
+# Each with the bytes it adds to the pending buffer together with the payload and CRLF.
+_TAILS_AFTER_REPLY: dict[int, tuple[bytes, int]] = {}
+_TAILS: dict[int, tuple[bytes, int]] = {}
 
 
-def _tail(size: int, after_reply: bool) -> bytes:
+def _tail(size: int, after_reply: bool) -> tuple[bytes, int]:
     tails = _TAILS_AFTER_REPLY if after_reply else _TAILS
     if len(tails) >= _SUBJECT_CACHE_LIMIT:
         tails.clear()
-    tail = tails[size] = (b" %d\r\n" if after_reply else b"%d\r\n") % size
-    return tail
+    tail = (b" %d\r\n" if after_reply else b"%d\r\n") % size
+    entry = tails[size] = (tail, len(tail) + size + 2)
+    return entry
 
 
 # While waiting for the flusher, look again this often: a flusher that died with the
@@ -147,7 +149,7 @@ class DirectWriter:
     def __init__(self, nc: Any, loop: asyncio.AbstractEventLoop) -> None:
         self._nc = nc
         self._loop = loop
-        self._heads: dict[str, bytes] = {}
+        self._heads: dict[str, tuple[bytes, int]] = {}
         # Connected and not draining, in one comparison (what is_connected and
         # is_draining_pubs look at).
         self._connected = type(nc).CONNECTED
@@ -162,8 +164,7 @@ class DirectWriter:
     def write(self, subject: str, reply: bytes, data: bytes) -> bool:
         """Queue one message for the client's flusher; False if it was not taken."""
         nc = self._nc
-        flusher = nc._flusher_task
-        if nc._status != self._connected or flusher is None or flusher.done():
+        if nc._status != self._connected:
             self.congested = False
             return False
         head = self._heads.get(subject)
@@ -175,28 +176,33 @@ class DirectWriter:
         # twice and the payload is copied once.
         if reply:
             tail = _TAILS_AFTER_REPLY.get(size) or _tail(size, True)
-            pieces: tuple[bytes, ...] = (head, reply, tail, data, _CRLF)
-            pending_size = nc._pending_data_size + len(head) + len(reply) + len(tail) + size + 2
+            pieces: tuple[bytes, ...] = (head[0], reply, tail[0], data, _CRLF)
+            pending_size = nc._pending_data_size + head[1] + len(reply) + tail[1]
         else:
             tail = _TAILS.get(size) or _tail(size, False)
-            pieces = (head, tail, data, _CRLF)
-            pending_size = nc._pending_data_size + len(head) + len(tail) + size + 2
+            pieces = (head[0], tail[0], data, _CRLF)
+            pending_size = nc._pending_data_size + head[1] + tail[1]
         if pending_size > nc._max_pending_size > 0 and nc._pending_data_size:
             # nc.publish would append it and then wait for the flusher; refusing it
             # lets the caller keep it (in order) until the flusher caught up.
             self.congested = True
             return False
+        queue = nc._flush_queue
+        if not queue._queue:  # asyncio.Queue.empty(), without the call
+            # Nothing queued for the flusher: make sure it runs, then wake it once (what
+            # nc.publish does through _flush_pending).
+            flusher = nc._flusher_task
+            if flusher is None or flusher.done():
+                self.congested = False
+                return False
+            self._flushed = flushed = self._loop.create_future()
+            queue.put_nowait(flushed)
         nc._pending.extend(pieces)
         nc._pending_data_size = pending_size
         stats = nc.stats
         stats["out_msgs"] += 1
         stats["out_bytes"] += size
         self.sent += 1
-        queue = nc._flush_queue
-        if not queue._queue:  # asyncio.Queue.empty(), without the call
-            # What nc.publish does through _flush_pending: wake the flusher once.
-            self._flushed = flushed = self._loop.create_future()
-            queue.put_nowait(flushed)
         return True
 
     @property
@@ -238,11 +244,12 @@ class DirectWriter:
             if not waiter.done():
                 waiter.set_result(None)
 
-    def _head(self, subject: str) -> bytes:
+    def _head(self, subject: str) -> tuple[bytes, int]:
         if len(self._heads) >= _SUBJECT_CACHE_LIMIT:
             self._heads.clear()
-        head = self._heads[subject] = b"PUB %b " % subject.encode()
-        return head
+        head = b"PUB %b " % subject.encode()
+        entry = self._heads[subject] = (head, len(head))
+        return entry
 
 
 class _RouteTable:
