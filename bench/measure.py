@@ -1,7 +1,7 @@
 """Measurement helpers shared by every worker: timers, CPU, memory, percentiles.
 
-Imports nothing from liftbridge_nats: the gufo-liftbridge worker uses it too and must
-not load the SDK's generated protobuf module (both register ``api.proto``).
+Imports nothing from liftbridge_nats: the gufo-liftbridge worker uses it too, and its CPU
+and memory figures must not include the SDK.
 """
 
 from __future__ import annotations

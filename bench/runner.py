@@ -49,6 +49,13 @@ _GO_MODES = {
 }
 
 
+def ours_ack_timeouts() -> dict[str, float]:
+    """The ``ack_timeout`` our Publisher runs with in the bench (not its default)."""
+    from bench.clients import ours
+
+    return {"publish": ours.PUBLISH_ACK_TIMEOUT, "latency": ours.LATENCY_ACK_TIMEOUT}
+
+
 def publisher_window() -> int:
     """Our Publisher's default ``max_inflight``, given to the Go peer's PublishAsync too."""
     try:
@@ -428,6 +435,7 @@ async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> di
                 "memory_count": settings.memory_count,
                 "uvloop": settings.uvloop,
                 "go_window": runner.window,
+                "ours_ack_timeout": ours_ack_timeouts(),
             },
             "peers_missing": {
                 **({"go-liftbridge": go_missing} if go_missing else {}),

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ._names import subject_problem
 from .errors import InvalidArgumentError
 from .messages import AckPolicy
 
@@ -18,6 +19,7 @@ __all__ = [
     "check_correlation_id",
     "check_headers",
     "check_message",
+    "check_publisher_args",
     "check_subject",
     "is_subject_token",
 ]
@@ -37,6 +39,40 @@ def check_subject(subject: Any) -> None:
             f"invalid subject {subject!r}: it must be non-empty, without spaces or "
             "wildcards (* >), and its dot-separated tokens must be non-empty"
         )
+    problem = subject_problem(subject)
+    if problem is not None:
+        raise InvalidArgumentError(f"invalid subject {subject[:60]!r}: {problem}")
+
+
+# What the publisher uses of a nats-py client and of the control-plane client.
+_NATS_CLIENT_METHODS = ("publish", "subscribe", "new_inbox", "flush")
+_CONTROL_CLIENT_METHODS = ("stream_info", "resume_stream")
+
+
+def check_publisher_args(
+    nc: Any, client: Any, ack_timeout: Any, retry_deadline: Any, *, nc_is_transport: bool = False
+) -> None:
+    """Raise ``TypeError`` naming the argument when a Publisher gets the wrong kind of
+    object (value ranges are checked by the Publisher itself). ``nc_is_transport``: ``nc``
+    is a publish transport (tests), not a nats-py client."""
+    if not nc_is_transport and any(
+        not callable(getattr(nc, name, None)) for name in _NATS_CLIENT_METHODS
+    ):
+        raise TypeError(
+            "nc must be a connected nats-py client (`nc = await nats.connect(url)`), got "
+            f"{type(nc).__name__}"
+        )
+    if client is not None and any(
+        not callable(getattr(client, name, None)) for name in _CONTROL_CLIENT_METHODS
+    ):
+        raise TypeError(
+            f"client must be a liftbridge_nats.Client (or None), got {type(client).__name__}"
+        )
+    for name, value in (("ack_timeout", ack_timeout), ("retry_deadline", retry_deadline)):
+        if value is None and name == "retry_deadline":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
 
 
 def is_subject_token(text: str) -> bool:

@@ -20,7 +20,6 @@ import grpc.aio
 from ._proto import api_pb2, api_pb2_grpc
 from ._stream_reader import StreamReader
 from .errors import (
-    BadRequestError,
     BrokerUnavailableError,
     ClientClosedError,
     InvalidArgumentError,
@@ -33,6 +32,7 @@ from .errors import (
     RpcError,
     RpcTimeoutError,
     StreamExistsError,
+    for_grpc_status,
 )
 
 if TYPE_CHECKING:
@@ -233,18 +233,22 @@ class Backoff:
 
 
 def rpc_error(exc: grpc.RpcError, what: str) -> RpcError:
-    """Translate a gRPC failure of ``what`` (e.g. "create stream 'orders'") into our errors."""
+    """Translate a gRPC failure of ``what`` (e.g. "create stream 'orders'") into our errors.
+
+    The status picks the class (:func:`~liftbridge_nats.errors.for_grpc_status`); the
+    server's words refine it where one status covers several cases.
+    """
     code = exc.code()
     detail = exc.details() or ""
     low = detail.lower()
     name = code.name if code is not None else "UNKNOWN"
+    cls = for_grpc_status(name)
     msg = f"{what} failed: {detail or name}"
-    cls: type[RpcError] = RpcError
-    if code == grpc.StatusCode.ALREADY_EXISTS:
-        cls = StreamExistsError
+    if cls is StreamExistsError:
         msg = f"{what} failed: the stream already exists; pick another name or delete it first"
-    elif code == grpc.StatusCode.NOT_FOUND:
-        cls = NoSuchPartitionError if "partition" in low else NoSuchStreamError
+    elif cls is NoSuchStreamError:
+        if "partition" in low:
+            cls = NoSuchPartitionError
         msg = f"{what} failed: {detail or 'not found'}; check the name with fetch_metadata()"
     elif code == grpc.StatusCode.FAILED_PRECONDITION:
         if any(hint in low for hint in _NOT_LEADER_HINTS):
@@ -254,8 +258,7 @@ def rpc_error(exc: grpc.RpcError, what: str) -> RpcError:
             msg = f"{what} failed: the partition is readonly; set_stream_readonly(..., readonly=False) reopens it"
         elif "paused" in low or "closed" in low:
             cls = PartitionPausedError
-    elif code == grpc.StatusCode.UNAVAILABLE:
-        cls = BrokerUnavailableError
+    elif cls is BrokerUnavailableError:
         if any(hint in low for hint in _TLS_HINTS):
             msg = (
                 f"{what} failed: the TLS handshake with the broker failed ({detail}); check "
@@ -268,20 +271,12 @@ def rpc_error(exc: grpc.RpcError, what: str) -> RpcError:
             )
         else:
             msg = f"{what} failed: broker unavailable ({detail or 'no connection'}); is it running and reachable?"
-    elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        cls = RpcTimeoutError
+    elif cls is RpcTimeoutError:
         msg = f"{what} timed out; retry or pass a larger timeout"
-    elif code == grpc.StatusCode.INVALID_ARGUMENT:
-        cls = BadRequestError
     elif code == grpc.StatusCode.INTERNAL and any(hint in low for hint in _NO_LEADER_HINTS):
         cls = NoLeaderError
         msg = f"{what} failed: {detail}; the cluster is electing a leader, retry shortly"
     return cls(msg, code=name)
-
-
-def is_retriable(err: BaseException) -> bool:
-    """Whether repeating the call after a metadata refresh can succeed."""
-    return isinstance(err, NotLeaderError | BrokerUnavailableError | NoLeaderError)
 
 
 def pick(addresses: Sequence[str], attempt: int) -> str:

@@ -17,50 +17,105 @@ import grpc.aio
 from ._grpc import rpc_error
 from ._proto import api_pb2
 from .errors import (
+    ACK_ERRORS,
+    AckLostError,
     AckTimeoutError,
+    BadRequestError,
     EncryptionError,
     IncorrectOffsetError,
     LiftbridgeError,
-    MessageTooLargeError,
+    MaxBytesExceededError,
     NoSuchStreamError,
     NotConnectedError,
-    PublishError,
     PublishRejectedError,
     ReadonlyPartitionError,
     RpcError,
     RpcTimeoutError,
+    ServerError,
 )
-from .messages import Ack
+from .messages import Ack, AckError
 from .wire import ack_from_proto
 
 if TYPE_CHECKING:
     from ._router import Router
 
-__all__ = ["AsyncPublisher", "ack_from_proto", "publish_error"]
+__all__ = ["AsyncPublisher", "ack_from_proto", "async_error", "publish_error"]
 
 PublishCall = grpc.aio.StreamStreamCall[api_pb2.PublishRequest, api_pb2.PublishResponse]
+
+
+# Liftbridge turns an ack error into a PublishAsyncError (and, for Publish, into a
+# gRPC status carrying the same words); the words tell which ack error it was.
+_ACK_ERROR_WORDS = (
+    ("incorrect expected offset", AckError.INCORRECT_OFFSET),
+    ("incorrect offset", AckError.INCORRECT_OFFSET),
+    ("exceeds max", AckError.TOO_LARGE),
+    ("too large", AckError.TOO_LARGE),
+    ("encryption", AckError.ENCRYPTION),
+)
+_Async = api_pb2.PublishAsyncError
+# PublishAsyncError codes that are not ack errors, as the gRPC status Publish uses.
+_ASYNC_STATUS = {
+    _Async.BAD_REQUEST: "INVALID_ARGUMENT",
+    _Async.NOT_FOUND: "NOT_FOUND",
+    _Async.INTERNAL: "INTERNAL",
+    _Async.READONLY: "FAILED_PRECONDITION",
+    _Async.PERMISSION_DENIED: "PERMISSION_DENIED",
+}
+_ASYNC_RPC_ERRORS: dict[int, type[RpcError]] = {
+    _Async.BAD_REQUEST: BadRequestError,
+    _Async.NOT_FOUND: NoSuchStreamError,
+    _Async.READONLY: ReadonlyPartitionError,
+}
+
+
+def _ack_error_in(text: str) -> AckError | None:
+    low = text.lower()
+    for words, error in _ACK_ERROR_WORDS:
+        if words in low:
+            return error
+    return None
+
+
+def _rejected(error: AckError, detail: str, cid: str | None) -> PublishRejectedError:
+    cls = ACK_ERRORS.get(error, PublishRejectedError)
+    what = {
+        IncorrectOffsetError: "the expected offset is stale (optimistic concurrency control); "
+        "fetch the partition's newest offset and publish with expected_offset set to it + 1",
+        MaxBytesExceededError: "the message is larger than the server's "
+        "clustering.replication.max.bytes; send a smaller message or raise that limit",
+        EncryptionError: "the server could not encrypt the message; check its encryption key "
+        "and logs",
+    }.get(cls, "the server rejected the message; its logs may tell more")
+    return cls(f"{what} (server: {detail})", correlation_id=cid)
 
 
 def publish_error(exc: LiftbridgeError) -> LiftbridgeError:
     """Turn a failed gRPC publish into the publish error the NATS path would raise."""
     if isinstance(exc, RpcTimeoutError):
-        return AckTimeoutError("no ack within the timeout; the message may or may not be stored")
+        return AckTimeoutError(
+            f"no ack within the timeout ({exc}); the message may or may not be stored"
+        )
     if not isinstance(exc, RpcError) or isinstance(exc, ReadonlyPartitionError | NoSuchStreamError):
         return exc
-    text = str(exc).lower()
-    if "incorrect expected offset" in text or "incorrect offset" in text:
-        return IncorrectOffsetError("the expected offset is stale (optimistic concurrency control)")
-    if "exceeds max" in text or "too large" in text:
-        return MessageTooLargeError("the message is larger than the server accepts")
-    if "encryption" in text:
-        return EncryptionError("the server could not encrypt the message")
-    return exc
+    error = _ack_error_in(str(exc))
+    return exc if error is None else _rejected(error, str(exc), None)
 
 
-_ASYNC_ERRORS: dict[int, type[PublishError]] = {
-    api_pb2.PublishAsyncError.INCORRECT_OFFSET: IncorrectOffsetError,
-    api_pb2.PublishAsyncError.ENCRYPTION_FAILED: EncryptionError,
-}
+def async_error(err: api_pb2.PublishAsyncError, cid: str) -> LiftbridgeError:
+    """The error for a PublishAsync response that carries ``asyncError``."""
+    detail = err.message or _Async.Code.Name(err.code)
+    if err.code == _Async.INCORRECT_OFFSET:
+        return _rejected(AckError.INCORRECT_OFFSET, detail, cid)
+    if err.code == _Async.ENCRYPTION_FAILED:
+        return _rejected(AckError.ENCRYPTION, detail, cid)
+    error = _ack_error_in(detail)
+    if error is not None:  # TOO_LARGE comes as BAD_REQUEST
+        return _rejected(error, detail, cid)
+    status = _ASYNC_STATUS.get(err.code)
+    if status is None:
+        return _rejected(AckError.UNKNOWN, detail, cid)
+    return _ASYNC_RPC_ERRORS.get(err.code, ServerError)(f"publish failed: {detail}", code=status)
 
 
 class AsyncPublisher:
@@ -108,9 +163,7 @@ class AsyncPublisher:
     async def _read(
         self, call: grpc.aio.StreamStreamCall[api_pb2.PublishRequest, api_pb2.PublishResponse]
     ) -> None:
-        failure: LiftbridgeError = NotConnectedError(
-            "PublishAsync stream closed; retry the publish"
-        )
+        reason = "the stream closed"
         try:
             while True:
                 resp = await call.read()
@@ -122,33 +175,29 @@ class AsyncPublisher:
                 if fut is None or fut.done():
                     continue
                 if resp.HasField("asyncError"):
-                    cls = _ASYNC_ERRORS.get(resp.asyncError.code, PublishRejectedError)
-                    if resp.asyncError.code == api_pb2.PublishAsyncError.READONLY:
-                        fut.set_exception(
-                            ReadonlyPartitionError(
-                                resp.asyncError.message, code="FAILED_PRECONDITION"
-                            )
-                        )
-                    elif resp.asyncError.code == api_pb2.PublishAsyncError.NOT_FOUND:
-                        fut.set_exception(
-                            NoSuchStreamError(resp.asyncError.message, code="NOT_FOUND")
-                        )
-                    else:
-                        fut.set_exception(cls(resp.asyncError.message, correlation_id=cid))
+                    fut.set_exception(async_error(resp.asyncError, cid))
                 else:
                     fut.set_result(ack_from_proto(resp.ack))
         except grpc.aio.AioRpcError as exc:
             if exc.code() != grpc.StatusCode.CANCELLED:
-                failure = rpc_error(exc, "PublishAsync")
+                reason = str(rpc_error(exc, "the stream"))
         finally:
             pending, self._pending = self._pending, {}
-            for fut in pending.values():
+            for cid, fut in pending.items():
                 if not fut.done():
-                    fut.set_exception(failure)
+                    # Written, never acked: the broker may have stored it.
+                    fut.set_exception(
+                        AckLostError(
+                            f"PublishAsync ended before the ack came ({reason}); the message "
+                            "may or may not have been stored. Publish it again with "
+                            "expected_offset to be safe, or check the partition first.",
+                            correlation_id=cid,
+                        )
+                    )
 
     async def close(self, grace: float = 5.0) -> None:
         """Close the stream after waiting up to ``grace`` seconds for outstanding acks;
-        futures still unacked then fail with NotConnectedError."""
+        futures still unacked then fail with :class:`AckLostError`."""
         call, self._call = self._call, None
         reader, self._reader = self._reader, None
         if call is not None:

@@ -3,9 +3,15 @@
 The router owns the channel pool and the metadata cache. Calls come in three kinds:
 any broker (metadata, stream admin: the server forwards them to the Raft leader),
 a partition's leader (subscribe, partition metadata, cursors), and a named broker
-(the consumer-group coordinator). Each kind retries on the errors that a metadata
-refresh can cure (not leader, unavailable, no leader yet) with backoff inside the
-call's deadline.
+(the consumer-group coordinator).
+
+Retries read the error's flags (:mod:`liftbridge_nats.errors`), with backoff inside
+the call's deadline: a ``retriable`` error is retried until the deadline. A
+leader-routed call refreshes the metadata before retrying when the error says it is
+stale (``invalid_metadata``), and retries a few times on such an error even when it is
+not retriable (a stream created a moment ago that this broker does not know yet). A
+write whose error says it may have been applied (``maybe_stored``, a timeout) is never
+sent again: that is the caller's decision.
 """
 
 # Per-call ``timeout`` arguments are part of the public API (seconds, retries included).
@@ -20,11 +26,11 @@ from typing import TYPE_CHECKING, TypeVar
 
 import grpc.aio
 
-from ._grpc import Backoff, ChannelPool, TLSConfig, is_retriable, rpc_error
+from ._args import checked_seconds
+from ._grpc import Backoff, ChannelPool, TLSConfig, rpc_error
 from ._proto import api_pb2
 from .errors import (
     ClientClosedError,
-    InvalidArgumentError,
     LiftbridgeError,
     NoLeaderError,
     NoSuchStreamError,
@@ -41,8 +47,8 @@ if TYPE_CHECKING:
     Call = Callable[[Stub, float], Awaitable[T]]
 
 # A stream created a moment ago may not yet be known to the broker answering
-# FetchMetadata: retry this many times before believing it does not exist.
-_UNKNOWN_STREAM_RETRIES = 4
+# FetchMetadata: an error that only says "stale metadata" is retried this many times.
+_STALE_METADATA_RETRIES = 4
 # How long a broker may survey its peers before answering FetchMetadata (plus margin).
 _SURVEY_TIME = 5.0
 
@@ -111,7 +117,7 @@ class Router:
                     "fetch metadata timed out; retry", code="DEADLINE_EXCEEDED"
                 ) from None
 
-        resp = await self.call_any("fetch metadata", call, timeout=timeout)
+        resp = await self.call_any("fetch metadata", call, timeout=timeout, idempotent=True)
         return self.cache.update(resp, stream_list, group_list)
 
     async def await_stream_state(self, stream: str, *, exists: bool, within: float) -> None:
@@ -193,8 +199,14 @@ class Router:
 
     # ------------------------------------------------------------------ calls
 
-    async def call_any(self, what: str, fn: Call[T], *, timeout: float | None = None) -> T:
-        """Send to any broker, moving to the next one when a broker is unreachable."""
+    async def call_any(
+        self, what: str, fn: Call[T], *, timeout: float | None = None, idempotent: bool = False
+    ) -> T:
+        """Send to any broker, moving to the next one when a broker is unreachable.
+
+        Calls sent this way are writes (stream administration, publishing, group
+        membership) unless the caller says ``idempotent=True``.
+        """
         addresses = self.addresses()
         offset = random.randrange(len(addresses))
 
@@ -204,7 +216,7 @@ class Router:
                 addresses = self.addresses()
             return addresses[(offset + attempt) % len(addresses)]
 
-        return await self._retry(what, choose, fn, timeout, refresh=False)
+        return await self._retry(what, choose, fn, timeout, refresh=False, idempotent=idempotent)
 
     async def call_leader(
         self,
@@ -215,13 +227,18 @@ class Router:
         *,
         timeout: float | None = None,
         replica: bool = False,
+        idempotent: bool = True,
     ) -> T:
-        """Send to the leader of a partition (or an ISR replica), following leader changes."""
+        """Send to the leader of a partition (or an ISR replica), following leader changes.
+
+        Calls sent this way are reads or idempotent writes (a cursor set twice to the
+        same offset) unless the caller says ``idempotent=False``.
+        """
 
         async def choose(_attempt: int) -> str:
             return await self.leader_address(stream, partition, replica=replica)
 
-        return await self._retry(what, choose, fn, timeout, refresh=True)
+        return await self._retry(what, choose, fn, timeout, refresh=True, idempotent=idempotent)
 
     async def call_broker(
         self, what: str, broker_id: str, fn: Call[T], *, timeout: float | None = None
@@ -231,7 +248,9 @@ class Router:
         async def choose(_attempt: int) -> str:
             return await self.broker_address(broker_id)
 
-        return await self._retry(what, choose, fn, timeout, refresh=False, attempts=3)
+        return await self._retry(
+            what, choose, fn, timeout, refresh=False, idempotent=True, attempts=3
+        )
 
     async def _retry(
         self,
@@ -241,35 +260,39 @@ class Router:
         timeout: float | None,
         *,
         refresh: bool,
+        idempotent: bool,
         attempts: int | None = None,
     ) -> T:
         self._check_open()
-        if timeout is not None and not timeout > 0:
-            raise InvalidArgumentError(f"timeout must be > 0 seconds, got {timeout!r}")
+        if timeout is not None:
+            checked_seconds(timeout, "timeout")
         loop = asyncio.get_running_loop()
         backoff = Backoff(loop.time() + (self.timeout if timeout is None else timeout))
-        attempt = 0
+        attempt = stale = 0
         while True:
             err: LiftbridgeError
-            retry = False
             try:
                 address = await choose(attempt)
                 return await fn(self.pool.stub(address), max(backoff.remaining(), 0.001))
             except grpc.aio.AioRpcError as exc:
+                if self._closed:  # close() cancelled the call (CANCELLED is never the server's)
+                    raise ClientClosedError(
+                        f"{what} did not finish: the client was closed meanwhile"
+                    ) from None
                 err = rpc_error(exc, what)
-                retry = is_retriable(err)
-            except NoSuchStreamError as exc:
-                # Raised by routing from (possibly lagging) metadata, not by a server:
-                # a broker may not know a stream created a moment ago.
-                if attempt >= _UNKNOWN_STREAM_RETRIES:
-                    raise
-                err, retry = exc, True
-            except NoLeaderError as exc:
-                err, retry = exc, True
+            except LiftbridgeError as exc:
+                # Raised while routing (from possibly lagging metadata) or by ``fn``.
+                err = exc
             attempt += 1
+            if err.retriable:
+                retry = idempotent or not err.maybe_stored
+            else:
+                # Fresh metadata can only cure a call that metadata routed.
+                retry = refresh and err.invalid_metadata and stale < _STALE_METADATA_RETRIES
+                stale += retry
             if self._closed or not retry or (attempts is not None and attempt >= attempts):
                 raise err
             if not await backoff.sleep():
                 raise err
-            if refresh:
+            if refresh and err.invalid_metadata:
                 await self._refresh_quietly()

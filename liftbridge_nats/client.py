@@ -20,19 +20,18 @@ from . import cursors as _cursors
 from ._args import (
     INT32_MAX,
     Duration,
-    as_bool,
-    as_int32,
-    as_int64,
-    as_millis,
     checked_int,
     checked_name,
     checked_partition,
     checked_partitions,
+    checked_seconds,
     checked_subject,
+    create_stream_request,
     message_fields,
     publish_request,
 )
 from ._grpc import TLSConfig, parse_brokers
+from ._names import DEFAULT_MAX_PARTITIONS, check_stream_name
 from ._proto import api_pb2
 from ._publish_async import AsyncPublisher, publish_error
 from ._router import Router
@@ -50,7 +49,7 @@ if TYPE_CHECKING:
     from ._router import Stub
     from .groups import Consumer
 
-__all__ = ["REPLICATION_MAX", "Client", "TLSConfig"]
+__all__ = ["DEFAULT_MAX_PARTITIONS", "REPLICATION_MAX", "Client", "TLSConfig"]
 
 REPLICATION_MAX = -1
 """``replication_factor`` that asks for one replica on every broker."""
@@ -63,7 +62,11 @@ class Client:
     the client discovers the rest of the cluster from them. ``tls`` is a
     :class:`TLSConfig` (or True for TLS with the system's CA roots). ``timeout`` bounds
     each call, retries included. ``resubscribe_wait`` bounds how long a subscription
-    looks for a new partition leader after losing the old one.
+    looks for a new partition leader after losing the old one. ``max_partitions`` is
+    the most partitions :meth:`create_stream` asks for in one stream
+    (:data:`DEFAULT_MAX_PARTITIONS`, 256, unless given): the server sets up every
+    partition on each replica at once, and a very large count keeps it busy long after
+    the call has timed out.
 
     Use it as ``async with Client([...]) as client:``; leaving the block closes every
     channel and subscription.
@@ -77,9 +80,12 @@ class Client:
         timeout: float = 10.0,
         resubscribe_wait: float = 30.0,
         metadata_max_age: float = 30.0,
+        max_partitions: int = DEFAULT_MAX_PARTITIONS,
     ) -> None:
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-            raise InvalidArgumentError("timeout must be > 0 seconds")
+        checked_seconds(timeout, "timeout")
+        checked_seconds(resubscribe_wait, "resubscribe_wait")
+        checked_seconds(metadata_max_age, "metadata_max_age", zero=True)
+        self._max_partitions = checked_int(max_partitions, "max_partitions", low=1, high=INT32_MAX)
         tls_config = TLSConfig() if tls is True else (tls or None)
         self._router = Router(
             parse_brokers(brokers),
@@ -163,35 +169,37 @@ class Client:
         the stream's partitions a NATS queue group: streams sharing a group share the
         subject's messages instead of each getting all of them.
 
+        Names are checked before anything is sent, against what the server can store
+        (Liftbridge accepts names it cannot store and then crashes on them): a stream
+        name is 1 to 255 bytes of UTF-8, not ``.`` or ``..``, without ``/``, NUL,
+        whitespace, control characters, ``*`` or ``>``, and without empty parts between
+        dots; a group has no whitespace or control characters and at most 255 bytes; a
+        subject has at most 3,584 bytes, and one ending in ``>`` allows one partition
+        only. ``partitions`` may not exceed the client's ``max_partitions``.
+        A refused argument raises :class:`InvalidArgumentError` naming the rule.
+
         Raises :class:`StreamExistsError` when the name is taken.
         """
-        checked_subject(subject)
-        checked_name(name, "stream name")
-        if group is not None:
-            checked_name(group, "group")
-        checked_int(partitions, "partitions", low=1, high=INT32_MAX)
-        checked_int(replication_factor, "replication_factor", low=REPLICATION_MAX, high=INT32_MAX)
-        if replication_factor == 0:
-            raise InvalidArgumentError("replication_factor must be >= 1, or -1 for every broker")
-        req = api_pb2.CreateStreamRequest(
-            subject=subject,
-            name=name,
-            group=group or "",
-            replicationFactor=replication_factor,
+        req = create_stream_request(
+            subject,
+            name,
+            max_partitions=self._max_partitions,
+            group=group,
+            replication_factor=replication_factor,
             partitions=partitions,
-            retentionMaxBytes=as_int64(retention_max_bytes, "retention_max_bytes"),
-            retentionMaxMessages=as_int64(retention_max_messages, "retention_max_messages"),
-            retentionMaxAge=as_millis(retention_max_age, "retention_max_age"),
-            cleanerInterval=as_millis(cleaner_interval, "cleaner_interval"),
-            segmentMaxBytes=as_int64(segment_max_bytes, "segment_max_bytes"),
-            segmentMaxAge=as_millis(segment_max_age, "segment_max_age"),
-            compactEnabled=as_bool(compact_enabled),
-            compactMaxGoroutines=as_int32(compact_max_goroutines, "compact_max_goroutines"),
-            autoPauseTime=as_millis(auto_pause_time, "auto_pause_time"),
-            autoPauseDisableIfSubscribers=as_bool(auto_pause_disable_if_subscribers),
-            minIsr=as_int32(min_isr, "min_isr"),
-            optimisticConcurrencyControl=as_bool(optimistic_concurrency_control),
-            encryption=as_bool(encryption),
+            retention_max_bytes=retention_max_bytes,
+            retention_max_messages=retention_max_messages,
+            retention_max_age=retention_max_age,
+            cleaner_interval=cleaner_interval,
+            segment_max_bytes=segment_max_bytes,
+            segment_max_age=segment_max_age,
+            compact_enabled=compact_enabled,
+            compact_max_goroutines=compact_max_goroutines,
+            auto_pause_time=auto_pause_time,
+            auto_pause_disable_if_subscribers=auto_pause_disable_if_subscribers,
+            min_isr=min_isr,
+            optimistic_concurrency_control=optimistic_concurrency_control,
+            encryption=encryption,
         )
 
         async def call(stub: Stub, left: float) -> None:
@@ -201,8 +209,12 @@ class Client:
         await self._settle(name, exists=True)
 
     async def delete_stream(self, name: str, *, timeout: float | None = None) -> None:
-        """Delete a stream and its data. Raises :class:`NoSuchStreamError` if unknown."""
-        req = api_pb2.DeleteStreamRequest(name=checked_name(name, "stream name"))
+        """Delete a stream and its data. Raises :class:`NoSuchStreamError` if unknown.
+
+        The name is checked as in :meth:`create_stream`: the server deletes the
+        directory named after the stream, so a name such as ``..`` must never reach it.
+        """
+        req = api_pb2.DeleteStreamRequest(name=check_stream_name(name))
 
         async def call(stub: Stub, left: float) -> None:
             await stub.DeleteStream(req, timeout=left)

@@ -5,10 +5,20 @@ Protobuf stays inside the package; these are what callers see.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum, IntEnum
+from typing import TYPE_CHECKING, Generic
+
+if sys.version_info >= (3, 13):
+    from typing import TypeVar
+else:  # TypeVar defaults (PEP 696) arrived in 3.13
+    from typing_extensions import TypeVar
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
 
 __all__ = [
     "Ack",
@@ -19,6 +29,12 @@ __all__ = [
     "StopPosition",
     "ns_to_datetime",
 ]
+
+
+V = TypeVar("V", default=bytes)
+"""The type of a message's value: ``bytes`` as stored, or what a deserializer made of it."""
+K = TypeVar("K", default=bytes)
+"""The type of a message's key: ``bytes`` as stored, or what a deserializer made of it."""
 
 
 def ns_to_datetime(ns: int) -> datetime:
@@ -106,18 +122,20 @@ class Ack:
 
 
 @dataclass(frozen=True, slots=True)
-class Message:
+class Message(Generic[V, K]):
     """A message read from a stream partition.
 
     ``key`` is None when the message has none (an empty key reads back as None too:
     the wire does not tell them apart). ``headers`` must be treated as read-only.
+    ``value`` and ``key`` are the stored bytes, unless a deserializer was given: then
+    they are what it returned (``Message[Order]``; plain ``Message`` means bytes).
     """
 
     stream: str
     partition: int
     offset: int
-    value: bytes
-    key: bytes | None = None
+    value: V
+    key: K | None = None
     timestamp: int = 0
     subject: str = ""
     reply_subject: str = ""
@@ -127,3 +145,13 @@ class Message:
     def time(self) -> datetime:
         """When the server received the message."""
         return ns_to_datetime(self.timestamp)
+
+    @property
+    def trace_context(self) -> Context | None:
+        """The OpenTelemetry context its publisher sent along (W3C ``traceparent``,
+        ``tracestate`` and baggage in the headers), or None when it carries none or
+        ``opentelemetry-api`` is not installed. Pass it as a link or parent of a span;
+        :func:`liftbridge_nats.tracing.consumer_span` does both for you."""
+        from ._tracing import extract_context
+
+        return extract_context(self.headers)

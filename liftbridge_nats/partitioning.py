@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import random
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeAlias
 
 from .errors import InvalidArgumentError
@@ -85,7 +85,7 @@ class RoundRobinPartitioner(Partitioner):
     __slots__ = ("_counters",)
 
     def __init__(self) -> None:
-        self._counters: dict[str, itertools.count[int]] = {}
+        self._counters: dict[str, Iterator[int]] = {}
 
     def partition(self, stream: str, key: bytes | None, value: bytes, count: int) -> int:
         """The stream's next counter value modulo ``count``."""

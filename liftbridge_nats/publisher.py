@@ -66,6 +66,7 @@ from ._checks import (
     check_correlation_id,
     check_headers,
     check_message,
+    check_publisher_args,
     check_subject,
     is_subject_token,
 )
@@ -92,6 +93,7 @@ from .errors import (
     NoRespondersError,
     NotConnectedError,
     PublisherClosedError,
+    ReadonlyPartitionError,
 )
 from .messages import Ack, AckPolicy
 from .partitioning import PartitionerLike, choose_partition, partition_subject
@@ -299,6 +301,13 @@ class Publisher:
         resume_paused: bool = True,
         fast_path: bool | None = None,
     ) -> None:
+        check_publisher_args(
+            nc,
+            client,
+            ack_timeout,
+            retry_deadline,
+            nc_is_transport=isinstance(nc, PublishTransport),
+        )
         if not isinstance(ack_timeout, int | float) or not ack_timeout > 0:
             raise InvalidArgumentError(f"ack_timeout must be > 0 seconds, got {ack_timeout!r}")
         if not isinstance(max_inflight, int) or max_inflight < 1:
@@ -937,9 +946,10 @@ class Publisher:
             AckTimeoutError(
                 f"no ack for the message published on {flight[SUBJECT]!r} (correlation id "
                 f"{flight[CID]}) before its deadline: no stream may be attached to the "
-                "subject, or its partition may be paused or without a leader. The message "
-                "may or may not have been stored. Check the stream (publish_to_stream "
-                "resumes paused partitions), raise the timeout, or publish again.",
+                "subject, or its partition may be readonly, paused or without a leader. The "
+                "message may or may not have been stored. Check the stream (publish_to_stream "
+                "names readonly partitions and resumes paused ones), raise the timeout, or "
+                "publish again.",
                 subject=flight[SUBJECT],
                 correlation_id=flight[CID],
             )
@@ -1012,7 +1022,9 @@ class Publisher:
         client and the same message (same correlation id) is sent again, until the
         deadline. That is the only case of an automatic re-send here. After a plain ack
         timeout the message may have been stored; then the partition is resumed if it
-        reports paused, and :class:`AckTimeoutError` is raised for the caller to decide.
+        reports paused, and :class:`AckTimeoutError` is raised for the caller to decide;
+        when the partition reports readonly (it stores and acks nothing), the timeout
+        becomes a :class:`ReadonlyPartitionError`, as over gRPC.
         """
         client = self._client
         if client is None:
@@ -1060,11 +1072,9 @@ class Publisher:
                 await asyncio.sleep(min(_BACKOFF_MAX, _BACKOFF_FIRST * (2**attempt)))
                 attempt += 1
                 self._resent += 1
-            except AckTimeoutError:
+            except AckTimeoutError as exc:
                 self._routes.pop(stream, None)
-                if self._resume_paused:
-                    with contextlib.suppress(LiftbridgeError):
-                        await self._resume_if_paused(stream, partition, time.monotonic() + 5)
+                await self._after_timeout(stream, partition, exc)
                 raise
 
     async def _route(self, stream: str, *, refresh: bool = False) -> tuple[str, int]:
@@ -1075,6 +1085,25 @@ class Publisher:
             route = (info.subject, max(1, len(info.partitions)))
             self._routes[stream] = route
         return route
+
+    async def _after_timeout(self, stream: str, partition: int, exc: AckTimeoutError) -> None:
+        """Explain an ack timeout: a readonly partition raises ReadonlyPartitionError (it
+        stores nothing and acks nothing); a paused one is resumed (``resume_paused``)."""
+        assert self._client is not None
+        try:
+            part = (await self._client.stream_info(stream, refresh=True)).partitions.get(partition)
+        except LiftbridgeError:
+            return
+        if part is not None and part.readonly:
+            raise ReadonlyPartitionError(
+                f"partition {partition} of stream {stream!r} is readonly: it stores no new "
+                "messages and acks none, so this one was not acked. Make it writable "
+                "(Client.set_stream_readonly(..., readonly=False)) or publish elsewhere.",
+                code="FAILED_PRECONDITION",
+            ) from exc
+        if part is not None and part.paused and self._resume_paused:
+            with contextlib.suppress(LiftbridgeError):
+                await self._client.resume_stream(stream, [partition], timeout=5)
 
     async def _resume_if_paused(self, stream: str, partition: int, deadline: float) -> bool:
         """Resume ``partition`` if the metadata leader reports it paused.

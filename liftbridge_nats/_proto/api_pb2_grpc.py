@@ -747,3 +747,7 @@ class API:
             timeout,
             metadata,
             _registered_method=True)
+
+
+# The .pyi types the asyncio flavour of APIStub apart; at run time they are one class.
+APIAsyncStub = APIStub

@@ -25,7 +25,8 @@ __all__ = ["build_parser", "main"]
 _EPILOG = """\
 Server addresses: --nats/--brokers, else $LIFTBRIDGE_NATS_URL/$LIFTBRIDGE_BROKERS, else the
 dev cluster of `liftbridge-nats servers start`, else nats://127.0.0.1:4222 and 127.0.0.1:9292.
-Exit status: 0 ok, 1 error, 2 bad arguments, 3 no dev cluster (servers status), 130 Ctrl-C.
+Exit status: 0 ok, 1 error (servers status: a server is down), 2 bad arguments, 3 no dev
+cluster (servers status), 130 Ctrl-C.
 """
 
 

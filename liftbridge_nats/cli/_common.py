@@ -172,12 +172,13 @@ def resolve_endpoints(args: argparse.Namespace) -> Endpoints:
 
 
 @contextlib.asynccontextmanager
-async def open_client(args: argparse.Namespace) -> AsyncIterator[Client]:
-    """A connected gRPC :class:`~liftbridge_nats.client.Client` for this command."""
+async def open_client(args: argparse.Namespace, **options: Any) -> AsyncIterator[Client]:
+    """A connected gRPC :class:`~liftbridge_nats.client.Client` for this command
+    (``options``: more keyword arguments of the Client)."""
     from liftbridge_nats.client import Client
 
     endpoints = resolve_endpoints(args)
-    async with Client(list(endpoints.brokers), timeout=args.timeout) as client:
+    async with Client(list(endpoints.brokers), timeout=args.timeout, **options) as client:
         yield client
 
 
@@ -282,14 +283,19 @@ def parse_duration(text: str) -> float:
             raise argparse.ArgumentTypeError(
                 f"invalid duration {text!r}: use seconds or units such as 250ms, 10s, 5m, 1h30m, 7d"
             ) from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must not be negative")
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"invalid duration {text!r}: must be a finite number, not negative"
+        )
     return value
 
 
 def duration_arg(text: str) -> timedelta:
     """argparse type: a duration as a timedelta."""
-    return timedelta(seconds=parse_duration(text))
+    try:
+        return timedelta(seconds=parse_duration(text))
+    except OverflowError:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: far too long") from None
 
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?", re.IGNORECASE)
@@ -378,6 +384,37 @@ def partitions_arg(text: str) -> list[int]:
     if not values or min(values) < 0:
         raise argparse.ArgumentTypeError(f"invalid partition list {text!r}")
     return values
+
+
+def partition_choice_arg(text: str) -> list[int] | None:
+    """argparse type: ``0``, ``0,2`` or ``all`` (None: every partition)."""
+    if text == "all":
+        return None
+    try:
+        return partitions_arg(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"invalid partition {text!r}: use an id, a list like 0,2, or all"
+        ) from None
+
+
+def add_partition_choice(parser: argparse.ArgumentParser) -> None:
+    """``--partition ID|LIST|all`` (default 0), read by :func:`selected_partitions`."""
+    parser.add_argument(
+        "--partition",
+        "-p",
+        type=partition_choice_arg,
+        default=[0],
+        metavar="ID|LIST|all",
+        help="partition id, a list (0,2) or all (default 0)",
+    )
+
+
+async def selected_partitions(client: Client, stream: str, choice: list[int] | None) -> list[int]:
+    """The partition ids a ``--partition ID|LIST|all`` option selects."""
+    if choice is not None:
+        return list(choice)
+    return list(range(await client.partition_count(stream)))
 
 
 def require(condition: bool, message: str) -> None:

@@ -6,12 +6,19 @@ import argparse
 from typing import Any
 
 from liftbridge_nats.errors import NoSuchStreamError
+from liftbridge_nats.groups import group_cursor_id
+from liftbridge_nats.lag import consumer_lag
 
-from ._common import EXIT_ERROR, EXIT_OK, add_connection_options, non_negative_int, open_client
+from ._common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    add_connection_options,
+    add_partition_choice,
+    non_negative_int,
+    open_client,
+    selected_partitions,
+)
 from ._output import Console, key_values, table
-
-# Consumer groups commit their positions as cursors under this id (as the Go client does).
-GROUP_CURSOR_PREFIX = "__group:"
 
 
 def register(commands: Any) -> None:
@@ -30,7 +37,7 @@ def register(commands: Any) -> None:
     )
     get.add_argument("cursor_id")
     get.add_argument("stream")
-    get.add_argument("--partition", "-p", type=non_negative_int, default=0, help="default 0")
+    add_partition_choice(get)
     get.add_argument("--json", action="store_true", help="print JSON")
     add_connection_options(get, nats=False, brokers=True)
     get.set_defaults(handler=_get)
@@ -56,7 +63,9 @@ def register(commands: Any) -> None:
         help="show a group's coordinator, epoch and committed offsets",
         description="Show the broker coordinating a consumer group and its epoch; with "
         "--stream, also the offset the group committed on each partition and its lag "
-        "behind the newest message.",
+        "behind the newest message. A group's committed positions are ordinary cursors "
+        f"named {group_cursor_id('<group id>')}: `liftbridge-nats cursor get "
+        f"{group_cursor_id('GROUP')} STREAM` reads one, `cursor set` moves it.",
     )
     describe.add_argument("group_id")
     describe.add_argument(
@@ -69,18 +78,24 @@ def register(commands: Any) -> None:
 
 async def _get(args: argparse.Namespace, console: Console) -> int:
     async with open_client(args) as client:
-        offset = await client.fetch_cursor(args.cursor_id, args.stream, args.partition)
+        partitions = await selected_partitions(client, args.stream, args.partition)
+        offsets = [
+            (p, await client.fetch_cursor(args.cursor_id, args.stream, p)) for p in partitions
+        ]
     if args.json:
-        console.json(
-            {
-                "cursor_id": args.cursor_id,
-                "stream": args.stream,
-                "partition": args.partition,
-                "offset": offset,
-            }
-        )
+        for partition, offset in offsets:
+            console.json(
+                {
+                    "cursor_id": args.cursor_id,
+                    "stream": args.stream,
+                    "partition": partition,
+                    "offset": offset,
+                }
+            )
+    elif args.partition == [0] or (len(offsets) == 1 and args.partition is not None):
+        console.print(str(offsets[0][1]))  # one partition asked for: the offset alone
     else:
-        console.print(str(offset))
+        table(console, ["PARTITION", "OFFSET"], offsets)
     return EXIT_OK
 
 
@@ -95,31 +110,26 @@ async def _describe(args: argparse.Namespace, console: Console) -> int:
     async with open_client(args) as client:
         metadata = await client.fetch_metadata(groups=[args.group_id])
         info = metadata.groups.get(args.group_id)
-        rows: list[dict[str, Any]] = []
-        for stream in args.stream:
-            try:
-                stream_info = await client.stream_info(stream, refresh=True)
-            except NoSuchStreamError:
-                console.error(f"stream {stream} does not exist")
-                return EXIT_ERROR
-            for pid in sorted(stream_info.partitions):
-                newest = stream_info.partitions[pid].newest_offset
-                committed = await client.fetch_cursor(
-                    GROUP_CURSOR_PREFIX + args.group_id, stream, pid
-                )
-                rows.append(
-                    {
-                        "stream": stream,
-                        "partition": pid,
-                        "committed": committed,
-                        "newest": newest,
-                        "lag": max(0, newest - committed),
-                    }
-                )
+        try:
+            lags = await consumer_lag(client, args.group_id, args.stream)
+        except NoSuchStreamError as exc:
+            console.error(str(exc))
+            return EXIT_ERROR
+    rows: list[dict[str, Any]] = [
+        {
+            "stream": row.stream,
+            "partition": row.partition,
+            "committed": row.committed,
+            "newest": row.newest,
+            "lag": row.lag,
+        }
+        for row in lags
+    ]
     if args.json:
         console.json(
             {
                 "group_id": args.group_id,
+                "cursor_id": group_cursor_id(args.group_id),
                 "known": info is not None,
                 "coordinator": info.coordinator if info else None,
                 "epoch": info.epoch if info else None,
@@ -134,6 +144,11 @@ async def _describe(args: argparse.Namespace, console: Console) -> int:
             console,
             [("group", info.id), ("coordinator", info.coordinator), ("epoch", info.epoch)],
         )
+    console.info(
+        f"committed positions are the cursors {group_cursor_id(args.group_id)} "
+        f"(`liftbridge-nats cursor get {group_cursor_id(args.group_id)} STREAM "
+        "--partition all`)" + ("" if rows else "; add --stream NAME to show them with their lag")
+    )
     if rows:
         console.print()
         table(

@@ -45,6 +45,20 @@ async def _serve(nodes: int, state_file: Path, log_file: Path) -> int:
                 "brokers": cluster.brokers,
                 "node_ids": cluster.node_ids,
                 "server_pids": cluster.pids(),
+                # One entry per server, for `servers status` to name a crashed one.
+                "processes": [
+                    {
+                        "name": "nats-server",
+                        "pid": cluster.nats_pid(),
+                        "log": str(cluster.nats_log_path),
+                    }
+                ]
+                + [
+                    {"name": node, "pid": cluster.node_pid(i), "log": str(cluster.log_path(i))}
+                    for i, node in enumerate(cluster.node_ids)
+                ],
+                "namespace": cluster.namespace,
+                "nats_monitor_url": cluster.nats_monitor_url,
                 "workdir": str(cluster.workdir),
                 "logs": [str(cluster.nats_log_path)]
                 + [str(cluster.log_path(i)) for i in range(nodes)],

@@ -18,6 +18,8 @@ from typing import Any, TextIO
 
 from liftbridge_nats.messages import Message, ns_to_datetime
 
+from ._hints import cli_hints
+
 # SGR codes; only the few the CLI needs.
 _CODES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
 
@@ -80,8 +82,8 @@ class Console:
         self.err.flush()
 
     def error(self, text: str) -> None:
-        """An error line on stderr: ``error: ...``."""
-        self.err.write(f"{self.style('error:', 'bold', 'red', err=True)} {text}\n")
+        """An error line on stderr: ``error: ...`` (SDK advice rewritten for the CLI)."""
+        self.err.write(f"{self.style('error:', 'bold', 'red', err=True)} {cli_hints(text)}\n")
         self.err.flush()
 
     @property

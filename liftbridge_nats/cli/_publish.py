@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import string
 import sys
@@ -23,6 +24,7 @@ from liftbridge_nats.messages import Ack, AckPolicy
 
 from ._common import (
     EXIT_ERROR,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
     CliError,
@@ -42,6 +44,8 @@ if TYPE_CHECKING:
 
 _DEFAULT_LOAD_SIZE = 100
 LOAD_MAX_INFLIGHT = 1024
+# After Ctrl-C, acks already on their way get this long before the run is summed up.
+_INTERRUPT_GRACE = 1.0
 
 
 def add_publish_options(parser: argparse.ArgumentParser) -> None:
@@ -174,8 +178,10 @@ def _values(args: argparse.Namespace) -> tuple[list[bytes], int]:
 
 @dataclass
 class _Run:
-    """Bookkeeping of a publish run."""
+    """Bookkeeping of a publish run; kept up to date as messages go and acks come, so
+    that a run stopped half-way still reports what happened."""
 
+    total: int = 0
     started: float = field(default_factory=time.perf_counter)
     elapsed: float = 0.0
     sent: int = 0
@@ -184,6 +190,38 @@ class _Run:
     nbytes: int = 0
     latencies: list[float] = field(default_factory=list)
     first_error: BaseException | None = None
+    stopped: str | None = None
+    """Why the run ended before sending everything (Ctrl-C, a lost connection)."""
+    interrupted: bool = False
+    unanswered: int = 0
+    """Messages sent that had neither an ack nor an error when the run was summed up."""
+    counting: bool = True
+
+    def settled(self, fut: asyncio.Future[Any], sent_at: float) -> None:
+        """Count one message's outcome (a done-callback of its future)."""
+        if not self.counting or fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            self.failed += 1
+            if self.first_error is None:
+                self.first_error = exc
+        else:
+            self.acked += 1
+            self.latencies.append(time.perf_counter() - sent_at)
+
+    def freeze(self) -> None:
+        """Sum up now: what has no answer yet stays unanswered (not failed)."""
+        self.counting = False
+        self.unanswered = max(0, self.sent - self.acked - self.failed)
+        self.elapsed = time.perf_counter() - self.started
+
+    def summary(self) -> str:
+        """``sent 1,200 of 5,000: 1,000 acked, 50 failed, 150 without an answer``."""
+        text = f"sent {self.sent:,} of {self.total:,}: {self.acked:,} acked, {self.failed:,} failed"
+        if self.unanswered:
+            text += f", {self.unanswered:,} without an answer (they may or may not be stored)"
+        return text
 
 
 async def _target(
@@ -253,11 +291,23 @@ async def publish_run(
         # messages until their ack deadlines pass when the server falls behind.
         options["max_inflight"] = LOAD_MAX_INFLIGHT
     route = await _target(args, client)
+    run = _Run(total=total)
     async with Publisher(nc, client=client, **options) as pub:
-        if load:
-            run = await _pipelined(console, pub, args, route, values, total)
-        else:
-            run = await _one_by_one(console, pub, args, route, values, total)
+        try:
+            if load:
+                await _pipelined(console, pub, args, route, values, run)
+            else:
+                await _one_by_one(console, pub, args, route, values, run)
+        except asyncio.CancelledError:
+            # Ctrl-C: stop sending, give acks on their way a moment, then sum up (a
+            # second Ctrl-C ends the process at once).
+            run.stopped, run.interrupted = "interrupted", True
+            with contextlib.suppress(LiftbridgeError):
+                await pub.flush(timeout=_INTERRUPT_GRACE)
+            run.freeze()
+            await pub.close(timeout=0)
+    if run.counting:
+        run.freeze()
     return run
 
 
@@ -276,20 +326,29 @@ async def _one_by_one(
     args: argparse.Namespace,
     route: Callable[[int, bytes | None], tuple[str, int]],
     values: list[bytes],
-    total: int,
-) -> _Run:
+    run: _Run,
+) -> None:
     options = _message_options(args)
-    run = _Run()
-    for i in range(total):
+    for i in range(run.total):
         value = values[i % len(values)]
         subject, partition = route(i, options["key"])
         sent_at = time.perf_counter()
-        if args.subject:
-            ack = await pub.publish(subject, value, **options)
-        else:
-            ack = await pub.publish_to_stream(args.stream, value, partition=partition, **options)
-        run.latencies.append(time.perf_counter() - sent_at)
         run.sent += 1
+        try:
+            if args.subject:
+                ack = await pub.publish(subject, value, **options)
+            else:
+                ack = await pub.publish_to_stream(
+                    args.stream, value, partition=partition, **options
+                )
+        except LiftbridgeError as exc:
+            run.failed += 1
+            if run.total == 1:
+                raise
+            run.first_error = exc
+            run.stopped = str(exc) or type(exc).__name__
+            return
+        run.latencies.append(time.perf_counter() - sent_at)
         run.acked += 1
         run.nbytes += len(value)
         if ack is None or args.quiet:
@@ -300,8 +359,6 @@ async def _one_by_one(
             console.print(
                 f"{ack.stream}/{partition} offset {console.style(str(ack.offset), 'bold')}"
             )
-    run.elapsed = time.perf_counter() - run.started
-    return run
 
 
 async def _pipelined(
@@ -310,43 +367,43 @@ async def _pipelined(
     args: argparse.Namespace,
     route: Callable[[int, bytes | None], tuple[str, int]],
     values: list[bytes],
-    total: int,
-) -> _Run:
+    run: _Run,
+) -> None:
     options = _message_options(args)
-    run = _Run()
-    progress = Progress(console, total, "publish ")
+    progress = Progress(console, run.total, "publish ")
 
     def done(fut: asyncio.Future[Ack | None], sent_at: float) -> None:
-        if not fut.cancelled() and fut.exception() is not None:
-            run.failed += 1
-            if run.first_error is None:
-                run.first_error = fut.exception()
-        elif not fut.cancelled():
-            run.acked += 1
-            run.latencies.append(time.perf_counter() - sent_at)
+        run.settled(fut, sent_at)
         progress.advance()
 
     pending: list[asyncio.Future[Ack | None]] = []
     run.started = time.perf_counter()
-    for i in range(total):
-        value = values[i % len(values)]
-        subject, _ = route(i, options["key"])
-        sent_at = time.perf_counter()
-        fut = await pub.publish_nowait(subject, value, **options)
-        fut.add_done_callback(functools.partial(done, sent_at=sent_at))
-        pending.append(fut)
-        run.sent += 1
-        run.nbytes += len(value)
-        if len(pending) >= 10_000:
-            pending = [f for f in pending if not f.done()]
-    if pending:
-        await asyncio.wait(pending)
-    await asyncio.sleep(0)  # let the last done-callbacks run
-    run.elapsed = time.perf_counter() - run.started
-    progress.close()
+    try:
+        for i in range(run.total):
+            value = values[i % len(values)]
+            subject, _ = route(i, options["key"])
+            sent_at = time.perf_counter()
+            try:
+                fut = await pub.publish_nowait(subject, value, **options)
+            except LiftbridgeError as exc:
+                # This message was refused (NATS gone, publisher closed): stop sending
+                # and let the messages already sent settle.
+                run.stopped = str(exc) or type(exc).__name__
+                break
+            fut.add_done_callback(functools.partial(done, sent_at=sent_at))
+            pending.append(fut)
+            run.sent += 1
+            run.nbytes += len(value)
+            if len(pending) >= 10_000:
+                pending = [f for f in pending if not f.done()]
+        if pending:
+            await asyncio.wait(pending)
+        await asyncio.sleep(0)  # let the last done-callbacks run
+        run.freeze()
+    finally:
+        progress.close()
     if options["ack_policy"] is AckPolicy.NONE:
         run.latencies.clear()
-    return run
 
 
 async def _publish(args: argparse.Namespace, console: Console) -> int:
@@ -358,13 +415,17 @@ async def _publish(args: argparse.Namespace, console: Console) -> int:
         else:
             async with open_client(args) as client:
                 run = await publish_run(console, nc, client, args, values, total, load=load)
-    if load and not args.quiet:
+    if load and not args.quiet and run.sent:
         latency = latency_summary(run.latencies) if run.latencies else None
         console.print(throughput_line(run.sent, run.nbytes, run.elapsed, latency))
+    if run.interrupted:
+        console.info(f"interrupted: {run.summary()}")
+        return EXIT_INTERRUPTED
+    if run.stopped is not None:
+        console.error(f"stopped: {run.stopped.rstrip('.')}. {run.summary()}")
+        return EXIT_ERROR
     if run.first_error is not None:
-        prefix = (
-            f"{run.failed} of {run.sent} messages failed; first error: " if run.sent > 1 else ""
-        )
+        prefix = f"{run.summary()}; first error: " if run.sent > 1 else ""
         if isinstance(run.first_error, LiftbridgeError):
             console.error(prefix + (str(run.first_error) or type(run.first_error).__name__))
             return EXIT_ERROR

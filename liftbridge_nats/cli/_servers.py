@@ -1,4 +1,4 @@
-"""``servers install | start | stop | status``: the local development cluster.
+"""``servers install | start | stop | env | status``: the local development cluster.
 
 ``start`` runs a :class:`~liftbridge_nats.testing.LocalCluster` (1 or 3 nodes) in a
 detached process (see ``_daemon``) that records its addresses in a state file; every other
@@ -12,14 +12,15 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from . import _servers_env
 from ._common import (
+    EXIT_ERROR,
     EXIT_NOT_RUNNING,
     EXIT_OK,
     CliError,
@@ -70,12 +71,15 @@ def register(commands: Any) -> None:
         "stop", help="stop the dev cluster", description="Stop the dev cluster and its servers."
     )
     stop.set_defaults(handler=_stop)
+    _servers_env.register(sub)
 
     status = sub.add_parser(
         "status",
-        help="show the dev cluster (exit 3 if none runs)",
-        description="Show whether the dev cluster runs, its addresses and brokers. "
-        "Exit status 0 when it runs, 3 when it does not.",
+        help="check the dev cluster's health (exit 1 if unhealthy, 3 if none runs)",
+        description="Show the dev cluster's addresses and check its health: every server "
+        "process alive, every address answering, every node connected to NATS and to a "
+        "metadata leader. A crashed server is named with its log. Exit status 0 when it "
+        "is healthy, 1 when a server is down or does not answer, 3 when no dev cluster runs.",
     )
     status.add_argument("--json", action="store_true", help="print the state as JSON")
     status.set_defaults(handler=_status)
@@ -95,30 +99,40 @@ async def _install(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-def _reachable(address: str) -> bool:
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=0.5):
-            return True
-    except (OSError, ValueError):
-        return False
+async def _show(console: Console, state: dict[str, Any], as_json: bool, path: Path) -> bool:
+    """Print the dev cluster's state and health; True when it is healthy."""
+    from ._health import check, reachable
 
-
-def _show(console: Console, state: dict[str, Any], as_json: bool, path: Path) -> None:
+    problems = await asyncio.to_thread(check, state, _is_our_server)
     brokers = list(state.get("brokers", []))
-    up = [b for b in brokers if _reachable(b)]
+    up = [b for b in brokers if reachable(b)]
     if as_json:
         console.json(
-            {"running": True, "state_file": str(path), "brokers_reachable": len(up), **state}
+            {
+                "running": True,
+                "healthy": not problems,
+                "problems": [
+                    {"problem": p.text, "log": p.log, "log_tail": list(p.log_tail)}
+                    for p in problems
+                ],
+                "state_file": str(path),
+                "brokers_reachable": len(up),
+                **state,
+            }
         )
-        return
+        return not problems
     health = console.style(
         f"{len(up)}/{len(brokers)} reachable", "green" if up == brokers else "red"
+    )
+    status = (
+        console.style("running", "green", "bold")
+        if not problems
+        else console.style("unhealthy", "red", "bold")
     )
     key_values(
         console,
         [
-            ("status", console.style("running", "green", "bold")),
+            ("status", status),
             ("nodes", state.get("nodes")),
             ("nats", state.get("nats_url")),
             ("brokers", f"{','.join(brokers)} ({health})"),
@@ -128,6 +142,16 @@ def _show(console: Console, state: dict[str, Any], as_json: bool, path: Path) ->
             ("state file", path),
         ],
     )
+    for problem in problems:
+        console.error(problem.text + (f"; its log: {problem.log}" if problem.log else ""))
+        for line in problem.log_tail:
+            console.info(f"    {line}")
+    if problems:
+        console.info(
+            "restart the dev cluster with `liftbridge-nats servers stop` and "
+            "`liftbridge-nats servers start`"
+        )
+    return not problems
 
 
 async def _start(args: argparse.Namespace, console: Console) -> int:
@@ -176,8 +200,7 @@ async def _start(args: argparse.Namespace, console: Console) -> int:
     while True:
         state = read_state(path)
         if state is not None and state.get("pid") == pid:
-            _show(console, state, args.json, path)
-            return EXIT_OK
+            return EXIT_OK if await _show(console, state, args.json, path) else EXIT_ERROR
         if not pid_alive(pid):
             raise CliError(
                 f"the dev cluster did not start. Its log ({log_file}):\n{_tail(log_file)}"
@@ -255,5 +278,4 @@ async def _status(args: argparse.Namespace, console: Console) -> int:
                 "no dev cluster is running (start one with `liftbridge-nats servers start`)"
             )
         return EXIT_NOT_RUNNING
-    _show(console, state, args.json, path)
-    return EXIT_OK
+    return EXIT_OK if await _show(console, state, args.json, path) else EXIT_ERROR

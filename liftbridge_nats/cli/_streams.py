@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from liftbridge_nats._names import DEFAULT_MAX_PARTITIONS, check_stream_name
 from liftbridge_nats.errors import StreamExistsError
 
 from ._common import (
@@ -20,6 +21,7 @@ from ._common import (
 from ._output import Console, key_values, table
 
 if TYPE_CHECKING:
+    from liftbridge_nats.client import Client
     from liftbridge_nats.metadata import PartitionInfo, StreamInfo
 
 # Streams the server creates for itself; `stream list` hides them unless --all.
@@ -49,6 +51,15 @@ def register(commands: Any) -> None:
     create.add_argument("name", help="stream name")
     create.add_argument("--subject", help="NATS subject to store (default: the stream name)")
     create.add_argument("--partitions", "-p", type=positive_int, default=1, help="default 1")
+    create.add_argument(
+        "--max-partitions",
+        type=positive_int,
+        default=DEFAULT_MAX_PARTITIONS,
+        metavar="N",
+        help=f"refuse --partitions above N (default {DEFAULT_MAX_PARTITIONS}): the server "
+        "sets up every partition on each replica at once, and a large count keeps it busy "
+        "long after the call has timed out",
+    )
     create.add_argument(
         "--replication-factor",
         "-r",
@@ -181,7 +192,19 @@ async def _create(args: argparse.Namespace, console: Console) -> int:
     if args.occ is not None:
         options["optimistic_concurrency_control"] = args.occ
     subject = args.subject or args.name
-    async with open_client(args) as client:
+    # Every argument is checked before connecting: a name or option the server cannot
+    # store must never reach it.
+    from liftbridge_nats._args import create_stream_request
+
+    create_stream_request(
+        subject,
+        args.name,
+        max_partitions=args.max_partitions,
+        partitions=args.partitions,
+        replication_factor=args.replication_factor,
+        **options,
+    )
+    async with open_client(args, max_partitions=args.max_partitions) as client:
         try:
             await client.create_stream(
                 subject,
@@ -204,6 +227,8 @@ async def _create(args: argparse.Namespace, console: Console) -> int:
 
 
 async def _delete(args: argparse.Namespace, console: Console) -> int:
+    for name in args.names:
+        check_stream_name(name)
     async with open_client(args) as client:
         for name in args.names:
             await client.delete_stream(name)
@@ -211,7 +236,8 @@ async def _delete(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-def _partition_json(p: PartitionInfo) -> dict[str, Any]:
+def _partition_json(p: PartitionInfo, paused: bool) -> dict[str, Any]:
+    changed = p.pause_changed.latest_time
     return {
         "id": p.id,
         "leader": p.leader,
@@ -219,18 +245,44 @@ def _partition_json(p: PartitionInfo) -> dict[str, Any]:
         "isr": list(p.isr),
         "high_watermark": p.high_watermark,
         "newest_offset": p.newest_offset,
-        "paused": p.paused,
+        "paused": paused,
+        "pause_changed": changed.isoformat() if changed else None,
         "readonly": p.readonly,
     }
 
 
-def _stream_json(s: StreamInfo) -> dict[str, Any]:
+def _stream_json(s: StreamInfo, paused: dict[int, bool]) -> dict[str, Any]:
     return {
         "name": s.name,
         "subject": s.subject,
         "created": s.creation_time.isoformat() if s.creation_timestamp else None,
-        "partitions": [_partition_json(s.partitions[i]) for i in sorted(s.partitions)],
+        "partitions": [_partition_json(s.partitions[i], paused[i]) for i in sorted(s.partitions)],
     }
+
+
+async def _really_paused(client: Client, stream: str, p: PartitionInfo) -> bool:
+    """Whether partition ``p`` is paused now, despite the stale flag in the metadata.
+
+    Liftbridge v1.9.0 keeps reporting ``paused`` once a partition was ever paused, but
+    updates the pause timestamps on every pause and resume. One change since creation
+    can only be the pause; messages received after the latest change mean it runs.
+    Otherwise (paused, resumed, perhaps paused again) its leader decides: a paused
+    partition is closed, and its leader refuses FetchPartitionMetadata as a non-leader.
+    """
+    from liftbridge_nats.errors import RpcError
+
+    changes = p.pause_changed
+    if not p.paused:
+        return False
+    if changes.first == changes.latest:
+        return True
+    if p.messages_received.latest > changes.latest:
+        return False
+    try:
+        await client.fetch_partition_metadata(stream, p.id, timeout=5)
+    except RpcError as exc:
+        return exc.code == "FAILED_PRECONDITION"
+    return False
 
 
 def _messages(s: StreamInfo) -> int:
@@ -241,15 +293,18 @@ def _messages(s: StreamInfo) -> int:
 async def _list(args: argparse.Namespace, console: Console) -> int:
     async with open_client(args) as client:
         metadata = await client.fetch_metadata()
-    streams = [
-        s
-        for name, s in sorted(metadata.streams.items())
-        if args.all or not name.startswith(_INTERNAL_PREFIX)
-    ]
-    if args.json:
-        for s in streams:
-            console.json(_stream_json(s))
-        return EXIT_OK
+        streams = [
+            s
+            for name, s in sorted(metadata.streams.items())
+            if args.all or not name.startswith(_INTERNAL_PREFIX)
+        ]
+        if args.json:
+            for s in streams:
+                paused = {
+                    pid: await _really_paused(client, s.name, p) for pid, p in s.partitions.items()
+                }
+                console.json(_stream_json(s, paused))
+            return EXIT_OK
     if not streams:
         console.info("no streams")
         return EXIT_OK
@@ -273,8 +328,11 @@ async def _list(args: argparse.Namespace, console: Console) -> int:
 async def _describe(args: argparse.Namespace, console: Console) -> int:
     async with open_client(args) as client:
         info = await client.stream_info(args.name, refresh=True)
+        paused = {
+            pid: await _really_paused(client, info.name, p) for pid, p in info.partitions.items()
+        }
     if args.json:
-        console.json(_stream_json(info))
+        console.json(_stream_json(info, paused))
         return EXIT_OK
     key_values(
         console,
@@ -297,13 +355,25 @@ async def _describe(args: argparse.Namespace, console: Console) -> int:
                 ",".join(p.isr),
                 p.high_watermark,
                 p.newest_offset,
-                ",".join(s for s, on in (("paused", p.paused), ("readonly", p.readonly)) if on)
-                or "active",
+                _state(p, paused[p.id]),
             )
             for p in (info.partitions[i] for i in sorted(info.partitions))
         ],
     )
     return EXIT_OK
+
+
+def _state(p: PartitionInfo, paused: bool) -> str:
+    """``active``, ``paused``, ``resumed`` (paused once, running again), ``readonly``."""
+    if paused:
+        words = ["paused"]
+    elif p.pause_changed.latest:
+        words = ["resumed"]
+    else:
+        words = []
+    if p.readonly:
+        words.append("readonly")
+    return ",".join(words) or "active"
 
 
 def _which(partitions: list[int] | None) -> str:

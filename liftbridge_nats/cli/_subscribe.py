@@ -16,38 +16,24 @@ from typing import TYPE_CHECKING, Any
 
 from liftbridge_nats.messages import Message, StartPosition, StopPosition
 
-from ._common import EXIT_OK, add_connection_options, non_negative_int, open_client, parse_time
+from ._common import (
+    EXIT_OK,
+    add_connection_options,
+    add_partition_choice,
+    non_negative_int,
+    open_client,
+    parse_time,
+    selected_partitions,
+)
 from ._output import FORMATS, Console, print_message
 
 if TYPE_CHECKING:
     from liftbridge_nats.client import Client
 
 
-def _partition_arg(text: str) -> list[int] | None:
-    """``0``, ``0,2`` or ``all`` (None)."""
-    if text == "all":
-        return None
-    try:
-        values = [int(p) for p in text.split(",") if p.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"invalid partition {text!r}: use an id, a list like 0,2, or all"
-        ) from None
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"invalid partition {text!r}")
-    return values
-
-
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("stream")
-    parser.add_argument(
-        "--partition",
-        "-p",
-        type=_partition_arg,
-        default=[0],
-        metavar="ID|LIST|all",
-        help="partition id, a list (0,2) or all (default 0)",
-    )
+    add_partition_choice(parser)
     parser.add_argument(
         "--follow", "-f", action="store_true", help="keep reading new messages until Ctrl-C"
     )
@@ -110,12 +96,6 @@ def register(commands: Any) -> None:
     )
     _add_common(tail)
     tail.set_defaults(handler=_tail)
-
-
-async def _partitions(client: Client, args: argparse.Namespace) -> list[int]:
-    if args.partition is not None:
-        return list(args.partition)
-    return list(range(await client.partition_count(args.stream)))
 
 
 def _stop_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -198,7 +178,7 @@ async def _print_all(
 
 async def _subscribe(args: argparse.Namespace, console: Console) -> int:
     async with open_client(args) as client:
-        partitions = await _partitions(client, args)
+        partitions = await selected_partitions(client, args.stream, args.partition)
         start = _start_options(args)
         messages = _merged(client, args, {p: start for p in partitions})
         try:
@@ -211,7 +191,7 @@ async def _subscribe(args: argparse.Namespace, console: Console) -> int:
 async def _tail(args: argparse.Namespace, console: Console) -> int:
     async with open_client(args) as client:
         starts: dict[int, dict[str, Any]] = {}
-        for partition in await _partitions(client, args):
+        for partition in await selected_partitions(client, args.stream, args.partition):
             info = await client.fetch_partition_metadata(args.stream, partition)
             newest = info.newest_offset
             if newest >= 0 and args.lines > 0:

@@ -4,12 +4,14 @@
 ``ensure_liftbridge`` builds (once, into a per-user cache) the Liftbridge binary it
 runs; the pytest plugin (``liftbridge_nats.testing.pytest_plugin``, loaded
 automatically) provides the ``liftbridge_cluster``, ``liftbridge_cluster3``,
-``nats_client`` and ``unique_name`` fixtures. Nothing here is needed at run time by the
-SDK itself.
+``nats_client`` and ``unique_name`` fixtures; ``generate_certificates`` makes a
+throw-away CA with server and client certificates for testing TLS set-ups. Nothing here
+is needed at run time by the SDK itself.
 """
 
 from __future__ import annotations
 
+from liftbridge_nats.testing._certs import TestCertificates, generate_certificates
 from liftbridge_nats.testing._cluster import LocalCluster
 from liftbridge_nats.testing._install import (
     DEFAULT_LIFTBRIDGE_VERSION,
@@ -21,7 +23,9 @@ from liftbridge_nats.testing._install import (
 __all__ = [
     "DEFAULT_LIFTBRIDGE_VERSION",
     "LocalCluster",
+    "TestCertificates",
     "cache_dir",
     "ensure_liftbridge",
     "find_nats_server",
+    "generate_certificates",
 ]

@@ -86,7 +86,7 @@ class LocalCluster:
     command-line arguments. ``start_timeout`` bounds start-up (not the one-time
     Liftbridge build) and every later wait for readiness.
 
-    ``grpc_tls`` (certificates from ``liftbridge_nats.testing._certs``) makes the
+    ``grpc_tls`` (certificates from :func:`generate_certificates`) makes the
     readiness probe talk TLS to the brokers, trusting ``ca_cert`` and presenting the
     client certificate; the server side is configured through ``liftbridge_config``
     (``tls.cert``, ``tls.key``, ``tls.client.auth.*``). ``nats_url_userinfo`` (such as
@@ -371,6 +371,10 @@ class LocalCluster:
         """Process id of Liftbridge node ``i`` while it runs, else None."""
         proc = self._liftbridge[i]
         return proc.pid if proc.running else None
+
+    def nats_pid(self) -> int | None:
+        """Process id of the nats-server while it runs, else None."""
+        return self._nats.pid if self._nats is not None and self._nats.running else None
 
     async def restart_node(self, i: int) -> None:
         """Start node ``i`` again (same id, port and data) and wait until it is back.

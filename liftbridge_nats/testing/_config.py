@@ -28,7 +28,8 @@ _COMMON_DEFAULTS: dict[str, ConfigValue] = {
 }
 
 # Server defaults make followers idle 10 s and report a dead leader after 15 s, which
-# makes ALL acks and fail-over tests slow (see DESIGN.md, replication timing).
+# makes ALL acks and fail-over tests slow: the first ALL acks on a new replicated
+# stream wait for idle followers, and a fail-over starts only after those 15 s.
 _MULTI_NODE_DEFAULTS: dict[str, ConfigValue] = {
     "clustering.replica.max.idle.wait": "500ms",
     "clustering.replica.max.leader.timeout": "3s",

@@ -1,1 +1,1 @@
-"""Fault-injection tests against real servers (issue #6)."""
+"""Fault-injection tests against real servers."""

@@ -35,8 +35,8 @@ NATS_OPTIONS: dict[str, Any] = {
     "reconnect_time_wait": 0.25,
 }
 
-# Short replica timeouts for 3-node clusters (DESIGN.md: without them a fail-over takes
-# 15 s and the first ALL acks up to 10 s). The harness sets these for multi-node
+# Short replica timeouts for 3-node clusters (with the server's defaults a fail-over
+# takes 15 s and the first ALL acks on a new stream up to 10 s). The harness sets these for multi-node
 # clusters already; they are spelled out here so the fault tests do not depend on it.
 REPLICA_TIMEOUTS: dict[str, Any] = {
     "clustering.replica.max.idle.wait": "500ms",
@@ -99,6 +99,7 @@ class Outcomes:
         return StreamCheck(
             stored=len(messages),
             lost=len(lost),
+            lost_offsets=sorted(self.acks[v].offset for v in lost),
             duplicated_acked=len(duplicated_acked),
             duplicated_any=sum(1 for offs in where.values() if len(offs) > 1),
             wrong_offset=len(wrong_offset),
@@ -122,18 +123,26 @@ class StreamCheck:
 
     stored: int
     lost: int
+    lost_offsets: list[int]
+    """The offsets the acks of the lost messages gave."""
     duplicated_acked: int
     duplicated_any: int
     wrong_offset: int
     contiguous: bool
     examples: list[bytes]
 
-    def assert_ok(self) -> None:
-        """No acked message lost, duplicated or at another offset than acked."""
-        assert self.lost == 0, f"acked but not stored: {self.examples!r}"
+    def assert_consistent(self) -> None:
+        """No acked message stored twice or at another offset than acked; no gap."""
         assert self.duplicated_acked == 0, f"acked and stored twice: {self.examples!r}"
         assert self.wrong_offset == 0, f"stored at another offset than acked: {self.examples!r}"
         assert self.contiguous, "the stream's offsets have a gap"
+
+    def assert_ok(self) -> None:
+        """No acked message lost, duplicated or at another offset than acked; no gap."""
+        self.assert_consistent()
+        assert self.lost == 0, (
+            f"acked but not stored: {self.examples!r} at offsets {self.lost_offsets[:10]}"
+        )
 
 
 async def gather_outcomes(

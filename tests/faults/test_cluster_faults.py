@@ -1,5 +1,5 @@
 """Broker faults on a 3-node cluster: the partition leader killed, a follower killed and
-restarted. One cluster per test (they kill nodes), replica timeouts as DESIGN.md says."""
+restarted. One cluster per test (they kill nodes), with short replica timeouts."""
 
 from __future__ import annotations
 
@@ -117,11 +117,15 @@ async def test_partition_leader_killed(
             # from being re-sent, which without optimistic concurrency could store an
             # already stored (but unacked) message twice: see test_occ_retry.py.
             async with Publisher(nc, ack_timeout=25, retry=True, retry_deadline=25) as pub:
+                loop = asyncio.get_running_loop()
+                kills: list[float] = []
 
                 async def kill_leader() -> None:
                     await asyncio.sleep(1.5)
                     await cluster3.kill_node(victim)
+                    kills.append(loop.time() - started)
 
+                started = loop.time()
                 fault = asyncio.create_task(kill_leader())
                 values, futures = await _publish_steadily(
                     pub, name, rate=1500, seconds=5.0, tag="lk"
@@ -162,21 +166,38 @@ async def test_partition_leader_killed(
     evidence = _server_truncation_evidence(cluster3, name)
     fault_report(
         f"{outcomes.summary()} lost={check.lost} stored={check.stored} "
-        f"faults=1 leader {leader} SIGKILLed after 1.5 s (new leader {new_leader}); "
+        f"faults={len(kills)} leader {leader} SIGKILLed after {kills[0]:.1f} s of publishing "
+        f"(new leader {new_leader}); "
         f"no_responders={stats.no_responders} resent={stats.resent}; "
         f"subscription: {len(followed)} messages"
         + (f"; server truncations: {evidence}" if check.lost else "")
     )
-    if check.lost and any(_HW_TRUNCATION in line for line in evidence):
-        pytest.xfail(
-            f"Liftbridge v1.9.0 lost {check.lost} ALL-acked message(s) "
-            f"{check.examples!r} in the fail-over: a replica truncated its log to its high "
-            f"watermark after its leader-epoch request to the dead leader failed: {evidence}"
-        )
-    check.assert_ok()
+    # Every invariant but loss holds whatever the server did: no acked message stored
+    # twice or at another offset than acked, no gap, a new leader.
+    check.assert_consistent()
     assert new_leader and new_leader != leader
-    assert [m.offset for m in followed] == [m.offset for m in messages]
-    assert [m.value for m in followed] == [m.value for m in messages]
+    successor, truncated_hw = _successor_truncation(cluster3, name, killed=leader)
+    # Loss is the server's (see _HW_TRUNCATION) only when the broker that took over
+    # logged a truncation to a high watermark below every lost offset.
+    explained = truncated_hw is not None and bool(check.lost_offsets)
+    explained = explained and check.lost_offsets[0] > (truncated_hw or 0)
+    if check.lost and not explained:
+        raise AssertionError(
+            f"{check.lost} acked message(s) lost at offsets {check.lost_offsets[:10]}, not "
+            f"all above the high watermark the next leader ({successor}) truncated to "
+            f"({truncated_hw}): {check.examples!r}; server log lines: {evidence}"
+        )
+    # The live subscription delivered each offset once, in order; where nothing was
+    # lost it read exactly what the stream holds. Above a truncated high watermark it
+    # may have read the dead leader's committed messages, which the successor dropped.
+    _assert_subscription(followed, messages, upto=truncated_hw if check.lost else None)
+    if check.lost:
+        pytest.xfail(
+            f"Liftbridge v1.9.0 lost {check.lost} ALL-acked message(s) at offsets "
+            f"{check.lost_offsets[:10]} in the fail-over: {successor}, the next leader, "
+            f"truncated its log to its high watermark {truncated_hw} after its "
+            f"leader-epoch request to the dead leader failed: {evidence}"
+        )
     # Publishes made during the fail-over were stored once the new leader took over.
     assert stats.no_responders > 0, "no publish met the fail-over window: the test proved nothing"
     deposed = _deposed_successors(cluster3, name, killed=leader)
@@ -184,7 +205,7 @@ async def test_partition_leader_killed(
     if outcomes.acked < 0.99 * outcomes.sent and (deposed or len(restarts) > 1):
         # Every publish ended and nothing acked was lost (asserted above). Each time a
         # broker (re)becomes leader, at a new epoch, it first stops leading and drops its
-        # commit queue (server/partition.go: becomeLeader -> stopLeading ->
+        # commit queue (Liftbridge's server/partition.go: becomeLeader -> stopLeading ->
         # commitQueue.Dispose()): what it accepted and had not committed is stored but
         # never acked, and re-sending it without optimistic concurrency could store it
         # twice.
@@ -194,6 +215,47 @@ async def test_partition_leader_killed(
             f"and not yet committed were never acked: {outcomes.summary()}"
         )
     assert outcomes.acked >= 0.99 * outcomes.sent, outcomes.summary()
+
+
+def _successor_truncation(
+    cluster: LocalCluster, stream: str, *, killed: str
+) -> tuple[str | None, int | None]:
+    """The broker that led ``stream`` first after ``killed``, and the high watermark it
+    truncated its log to before it became leader (None when it logged none)."""
+    epochs = _successor_leader_epochs(cluster, stream, killed=killed)
+    if not epochs:
+        return None, None
+    successor = epochs[0][0]
+    text = cluster.log_path(cluster.node_ids.index(successor)).read_text(errors="replace")
+    truncated: int | None = None
+    for line in text.splitlines():
+        if f"stream={stream}," not in line:
+            continue
+        if "Server becoming leader for partition" in line:
+            break
+        if _HW_TRUNCATION in line:
+            value = line.rsplit(_HW_TRUNCATION, 1)[1].split('"', 1)[0].strip()
+            truncated = int(value) if value.lstrip("-").isdigit() else truncated
+    return successor, truncated
+
+
+def _assert_subscription(
+    followed: list[Message], messages: list[Message], *, upto: int | None
+) -> None:
+    """Offsets delivered once each, in order, with no gap; values as stored (up to
+    ``upto`` when given, everywhere otherwise)."""
+    offsets = [m.offset for m in followed]
+    first = offsets[0] if offsets else 0
+    assert offsets == list(range(first, first + len(offsets))), (
+        f"the subscription skipped or repeated offsets: {offsets[:20]}..."
+    )
+    if upto is None:
+        assert offsets == [m.offset for m in messages]
+        assert [m.value for m in followed] == [m.value for m in messages]
+        return
+    stored = {m.offset: m.value for m in messages}
+    differ = [m.offset for m in followed if m.offset <= upto and stored.get(m.offset) != m.value]
+    assert not differ, f"the subscription read other values than stored at offsets {differ[:10]}"
 
 
 def _successor_leader_epochs(

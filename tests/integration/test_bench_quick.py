@@ -1,4 +1,4 @@
-"""The benchmark suite's quick mode runs end to end (issue #8).
+"""The benchmark suite's quick mode runs end to end.
 
 It proves that every case of the quick plan runs against real servers and yields a
 figure; it asserts nothing about speed. The suite starts its own LocalCluster.

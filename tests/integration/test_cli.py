@@ -132,7 +132,10 @@ def test_readme_command_lines_parse() -> None:
 
     readme = Path(__file__).resolve().parents[2] / "README.md"
     lines = [
-        line.split("liftbridge-nats", 1)[1]
+        # `eval "$(liftbridge-nats servers env)"`: the command inside the substitution.
+        line.split("liftbridge-nats", 1)[1].split(")", 1)[0]
+        if "$(liftbridge-nats " in line
+        else line.split("liftbridge-nats", 1)[1]
         for line in readme.read_text().splitlines()
         if line.startswith("$ ") and "liftbridge-nats " in line
     ]

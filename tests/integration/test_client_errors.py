@@ -7,25 +7,32 @@ import grpc
 import grpc.aio
 import pytest
 
-from liftbridge_nats._grpc import is_retriable, parse_brokers, rpc_error
-from liftbridge_nats._publish_async import publish_error
+from liftbridge_nats._grpc import parse_brokers, rpc_error
+from liftbridge_nats._proto import api_pb2
+from liftbridge_nats._publish_async import async_error, publish_error
 from liftbridge_nats.cursors import cursor_partition
 from liftbridge_nats.errors import (
     AckTimeoutError,
     BadRequestError,
     BrokerUnavailableError,
+    EncryptionError,
     IncorrectOffsetError,
     InvalidArgumentError,
     LiftbridgeError,
+    LocalError,
+    MaxBytesExceededError,
     MessageTooLargeError,
     NoLeaderError,
     NoSuchPartitionError,
     NoSuchStreamError,
     NotLeaderError,
     PartitionPausedError,
+    PublishRejectedError,
     ReadonlyPartitionError,
+    RemoteError,
     RpcError,
     RpcTimeoutError,
+    ServerError,
     StreamExistsError,
 )
 
@@ -35,52 +42,69 @@ def status(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
 
 
 @pytest.mark.parametrize(
-    ("code", "details", "cls", "retriable"),
+    ("code", "details", "cls", "flags"),
     [
-        (grpc.StatusCode.ALREADY_EXISTS, "stream already exists", StreamExistsError, False),
-        (grpc.StatusCode.NOT_FOUND, "stream does not exist", NoSuchStreamError, False),
-        (grpc.StatusCode.NOT_FOUND, "No such partition", NoSuchPartitionError, False),
-        (grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader", NotLeaderError, True),
+        # flags: maybe_stored, retriable, invalid_metadata
+        (grpc.StatusCode.ALREADY_EXISTS, "stream already exists", StreamExistsError, "---"),
+        (grpc.StatusCode.NOT_FOUND, "stream does not exist", NoSuchStreamError, "--m"),
+        (grpc.StatusCode.NOT_FOUND, "No such partition", NoSuchPartitionError, "--m"),
+        (grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader", NotLeaderError, "-rm"),
         (
             grpc.StatusCode.FAILED_PRECONDITION,
             "Server not leader for cursors partition 2",
             NotLeaderError,
-            True,
+            "-rm",
         ),
         (
             grpc.StatusCode.FAILED_PRECONDITION,
             "readonly partition: 0",
             ReadonlyPartitionError,
-            False,
+            "---",
         ),
         (
             grpc.StatusCode.FAILED_PRECONDITION,
             "commit log closed (paused)",
             PartitionPausedError,
-            False,
+            "---",
         ),
-        (grpc.StatusCode.UNAVAILABLE, "connection refused", BrokerUnavailableError, True),
-        (grpc.StatusCode.DEADLINE_EXCEEDED, "deadline", RpcTimeoutError, False),
-        (grpc.StatusCode.INVALID_ARGUMENT, "Subject is invalid", BadRequestError, False),
-        (grpc.StatusCode.INTERNAL, "no known metadata leader", NoLeaderError, True),
-        (grpc.StatusCode.INTERNAL, "disk on fire", RpcError, False),
+        (grpc.StatusCode.UNAVAILABLE, "connection refused", BrokerUnavailableError, "-rm"),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, "deadline", RpcTimeoutError, "sr-"),
+        (grpc.StatusCode.INVALID_ARGUMENT, "Subject is invalid", BadRequestError, "---"),
+        (grpc.StatusCode.INTERNAL, "no known metadata leader", NoLeaderError, "-rm"),
+        (grpc.StatusCode.INTERNAL, "disk on fire", ServerError, "---"),
+        (grpc.StatusCode.PERMISSION_DENIED, "not authorized", ServerError, "---"),
     ],
 )
 def test_status_mapping(
-    code: grpc.StatusCode, details: str, cls: type[RpcError], retriable: bool
+    code: grpc.StatusCode, details: str, cls: type[RpcError], flags: str
 ) -> None:
     err = rpc_error(status(code, details), "do it")
     assert type(err) is cls
     assert err.code == code.name
-    assert is_retriable(err) is retriable
+    assert flags == "".join(
+        letter if flag else "-"
+        for letter, flag in zip(
+            "srm", (err.maybe_stored, err.retriable, err.invalid_metadata), strict=True
+        )
+    )
     assert isinstance(err, LiftbridgeError)
     assert str(err).startswith("do it")
 
 
+def test_timeouts_and_unavailable_brokers_are_local_the_rest_remote() -> None:
+    local = {grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE}
+    for code in grpc.StatusCode:
+        if code in (grpc.StatusCode.OK, grpc.StatusCode.CANCELLED):
+            continue  # the server never sends CANCELLED; the client turns it into "closed"
+        err = rpc_error(status(code, "x"), "a")
+        assert isinstance(err, LocalError if code in local else RemoteError), code
+        assert not isinstance(err, LocalError if code not in local else RemoteError), code
+
+
 def test_error_families() -> None:
-    assert isinstance(
-        rpc_error(status(grpc.StatusCode.INVALID_ARGUMENT, "x"), "a"), InvalidArgumentError
-    )
+    bad = rpc_error(status(grpc.StatusCode.INVALID_ARGUMENT, "x"), "a")
+    # Refused by the server, not by the SDK: both are ValueErrors, only one is local.
+    assert isinstance(bad, ValueError) and not isinstance(bad, InvalidArgumentError)
     assert isinstance(rpc_error(status(grpc.StatusCode.DEADLINE_EXCEEDED, "x"), "a"), TimeoutError)
     timeout = rpc_error(status(grpc.StatusCode.DEADLINE_EXCEEDED, "x"), "publish")
     assert isinstance(publish_error(timeout), AckTimeoutError)
@@ -89,7 +113,32 @@ def test_error_families() -> None:
     large = rpc_error(
         status(grpc.StatusCode.INVALID_ARGUMENT, "message exceeds max replication size"), "publish"
     )
-    assert isinstance(publish_error(large), MessageTooLargeError)
+    assert type(publish_error(large)) is MaxBytesExceededError
+    assert isinstance(publish_error(large), MessageTooLargeError | RemoteError)
+
+
+Code = api_pb2.PublishAsyncError
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "cls"),
+    [
+        # The server's own words (Liftbridge v1.9.0, convertAckError).
+        (Code.INCORRECT_OFFSET, "incorrect expected offset", IncorrectOffsetError),
+        (Code.BAD_REQUEST, "message exceeds max replication size", MaxBytesExceededError),
+        (Code.ENCRYPTION_FAILED, "encryption failed on partition", EncryptionError),
+        (Code.UNKNOWN, "unknown error", PublishRejectedError),
+        (Code.BAD_REQUEST, "stream name is required", BadRequestError),
+        (Code.NOT_FOUND, "no such stream", NoSuchStreamError),
+        (Code.READONLY, "readonly partition", ReadonlyPartitionError),
+        (Code.INTERNAL, "failed to publish", ServerError),
+        (Code.PERMISSION_DENIED, "not authorized", ServerError),
+    ],
+)
+def test_publish_async_errors(code: int, message: str, cls: type[LiftbridgeError]) -> None:
+    err = async_error(Code(code=code, message=message), "cid-1")  # type: ignore[arg-type]
+    assert type(err) is cls
+    assert isinstance(err, RemoteError) and message in str(err)
 
 
 def test_cursor_partition_is_crc32_of_the_key() -> None:

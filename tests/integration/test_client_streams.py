@@ -71,7 +71,7 @@ async def test_create_stream_metadata_and_exists(liftbridge_cluster: Any, unique
 
 async def test_invalid_create_arguments(liftbridge_cluster: Any) -> None:
     async with Client(liftbridge_cluster.brokers) as client:
-        # Refused by the server (reserved name): a BadRequestError, an InvalidArgumentError.
+        # Refused by the server (reserved name): a BadRequestError, a ValueError.
         with pytest.raises(BadRequestError, match="reserved"):
             await client.create_stream("anything", "__cursors")
         # Refused before sending.

@@ -1,0 +1,383 @@
+"""OpenTelemetry tracing for publishing and reading, free when nobody traces.
+
+``opentelemetry-api`` is optional (the ``otel`` extra) and imported on first use only.
+Who pays what:
+
+* not installed, or ``tracing=False``: :func:`publish_tracer` returns None and the
+  publisher tests one attribute per message;
+* installed but no SDK configured (the global tracer provider is still the API's proxy
+  or no-op provider): the :class:`PublishTracer` exists but is inactive, which is the
+  same single test per message. Whether an SDK was configured meanwhile is looked up
+  again by :meth:`PublishTracer.refresh`, which the publisher calls where it already
+  pauses (at start and every few hundred messages), never per message;
+* SDK configured: one PRODUCER span per message (OpenTelemetry messaging semantic
+  conventions), its context injected into the message headers with the global
+  propagator (W3C ``traceparent``/``tracestate``, and baggage, by default); a header the
+  caller set is never overwritten.
+
+On the read side :func:`extract_context` (also ``Message.trace_context``) recovers the
+producer's context from the stored headers, and :func:`consumer_span` starts a CONSUMER
+span linked to the producer's span. Extraction needs only the API, no SDK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span, Tracer, TracerProvider
+
+    from .messages import Ack, Message
+
+__all__ = [
+    "SCOPE",
+    "PublishTracer",
+    "consumer_span",
+    "error_type",
+    "extract_context",
+    "inject_context",
+    "otel_available",
+    "publish_tracer",
+    "scope_version",
+    "sdk_configured",
+]
+
+SCOPE: Final = "liftbridge_nats"
+"""The instrumentation scope (tracer and meter name) of the SDK."""
+
+# OpenTelemetry messaging semantic conventions (v1.27+ names).
+SYSTEM: Final = "messaging.system"
+OPERATION_TYPE: Final = "messaging.operation.type"
+OPERATION_NAME: Final = "messaging.operation.name"
+DESTINATION: Final = "messaging.destination.name"
+PARTITION: Final = "messaging.destination.partition.id"
+MESSAGE_ID: Final = "messaging.message.id"
+GROUP: Final = "messaging.consumer.group.name"
+ERROR_TYPE: Final = "error.type"
+# Liftbridge's own, in the system's namespace as the conventions ask.
+LB_SUBJECT: Final = "messaging.liftbridge.subject"
+LB_STREAM: Final = "messaging.liftbridge.stream"
+LB_OFFSET: Final = "messaging.liftbridge.offset"
+LIFTBRIDGE: Final = "liftbridge"
+
+
+class _Otel:
+    """The opentelemetry modules, imported once on first use (None: not installed)."""
+
+    loaded = False
+    trace: Any = None
+    propagate: Any = None
+    baggage: Any = None
+    tracer: Any = None  # a ProxyTracer of the global provider: follows a late SDK set-up
+
+    @classmethod
+    def load(cls) -> bool:
+        if not cls.loaded:
+            cls.loaded = True
+            try:
+                from opentelemetry import baggage, propagate, trace
+            except ImportError:
+                return False
+            cls.trace, cls.propagate, cls.baggage = trace, propagate, baggage
+            cls.tracer = trace.get_tracer(SCOPE, scope_version())
+        return cls.trace is not None
+
+
+def scope_version() -> str:
+    """The package version, as the instrumentation scope's version."""
+    from . import __version__
+
+    return __version__
+
+
+def otel_available() -> bool:
+    """True when ``opentelemetry-api`` can be imported."""
+    return _Otel.load()
+
+
+def sdk_configured() -> bool:
+    """True when a real tracer provider (an SDK) is installed globally.
+
+    Costs a function call and an environment lookup: call it once, not per message.
+    """
+    if not _Otel.load():
+        return False
+    trace = _Otel.trace
+    provider = trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
+def error_type(exc: BaseException) -> str:
+    """The ``error.type`` of an exception: its fully qualified class name."""
+    cls = type(exc)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+# ------------------------------------------------------------------ propagation
+
+
+class _HeaderSetter:
+    """Writes propagation fields into Liftbridge headers (str -> bytes), never replacing
+    a header the caller set (names compared case-insensitively, as HTTP does)."""
+
+    def set(self, carrier: MutableMapping[str, bytes], key: str, value: str) -> None:
+        if key in carrier:
+            return
+        lowered = key.lower()
+        if any(name.lower() == lowered for name in carrier):
+            return
+        carrier[key] = value.encode()
+
+
+class _HeaderGetter:
+    """Reads propagation fields from Liftbridge headers; undecodable values are ignored."""
+
+    def get(self, carrier: Mapping[str, bytes], key: str) -> list[str] | None:
+        data = carrier.get(key)
+        if data is None:
+            lowered = key.lower()
+            for name, value in carrier.items():
+                if name.lower() == lowered:
+                    data = value
+                    break
+            else:
+                return None
+        try:
+            return [bytes(data).decode()]
+        except (UnicodeDecodeError, TypeError):
+            return None
+
+    def keys(self, carrier: Mapping[str, bytes]) -> list[str]:
+        return list(carrier)
+
+
+_SETTER = _HeaderSetter()
+_GETTER = _HeaderGetter()
+
+
+def inject_context(
+    headers: Mapping[str, bytes] | None = None, context: Context | None = None
+) -> dict[str, bytes]:
+    """Headers with the trace context of ``context`` (default: the current one) added.
+
+    Returns a new dict (``headers`` is not changed). The global propagator decides the
+    fields (W3C ``traceparent``, ``tracestate`` and ``baggage`` by default); a header
+    already present under one of those names is kept as it is. Without
+    ``opentelemetry-api``, or without an active span, the headers come back unchanged.
+    """
+    carrier = dict(headers) if headers else {}
+    if _Otel.load():
+        _Otel.propagate.inject(carrier, context=context, setter=_SETTER)
+    return carrier
+
+
+def extract_context(headers: Mapping[str, bytes] | None) -> Context | None:
+    """The OpenTelemetry context carried in a message's headers, or None when they carry
+    no valid span context and no baggage (or ``opentelemetry-api`` is not installed)."""
+    if not headers or not _Otel.load():
+        return None
+    # Most messages carry none: one pass over the names answers that for a tenth of
+    # what the propagator's extract costs.
+    fields = _Otel.propagate.get_global_textmap().fields
+    if not any(name in fields or name.lower() in fields for name in headers):
+        return None
+    ctx = _Otel.propagate.extract(headers, getter=_GETTER)
+    if _Otel.trace.get_current_span(ctx).get_span_context().is_valid:
+        return ctx  # type: ignore[no-any-return]
+    if _Otel.baggage.get_all(ctx):
+        return ctx  # type: ignore[no-any-return]
+    return None
+
+
+# ------------------------------------------------------------------ publishing
+
+
+class PublishTracer:
+    """The publisher's tracing: a PRODUCER span per message while :attr:`active`.
+
+    ``provider``: a tracer provider of its own (tests, or a process with several); by
+    default the global one, in which case the tracer is active only once an SDK is
+    configured (see :meth:`refresh`).
+    """
+
+    __slots__ = ("_explicit", "_tracer", "active")
+
+    def __init__(self, provider: TracerProvider | None = None) -> None:
+        if not _Otel.load():
+            raise RuntimeError("opentelemetry-api is not installed")
+        self._explicit = provider is not None
+        self._tracer: Tracer = (
+            provider.get_tracer(SCOPE, scope_version()) if provider is not None else _Otel.tracer
+        )
+        self.active = False
+        self.refresh()
+
+    def refresh(self) -> bool:
+        """Look again whether spans would be recorded (an SDK configured); cheap enough
+        for every few hundred messages, not for every one."""
+        self.active = self._explicit or sdk_configured()
+        return self.active
+
+    def start(
+        self,
+        subject: str,
+        correlation_id: str,
+        headers: Mapping[str, bytes] | None,
+        *,
+        stream: str | None = None,
+        partition: int | None = None,
+    ) -> tuple[Span, dict[str, bytes]]:
+        """Start a message's PRODUCER span; return it and the headers to send (the
+        caller's, plus the span's context).
+
+        The destination is ``stream`` when the caller named one (the subject is then
+        in ``messaging.liftbridge.subject``), else ``subject``; the stream that stored
+        the message and its offset are added from the ack by :meth:`finish`.
+        """
+        # Only what the conventions require or recommend: every attribute costs the
+        # SDK about half a microsecond (the body size is opt-in there, so left out).
+        attributes: dict[str, str] = {
+            SYSTEM: LIFTBRIDGE,
+            OPERATION_TYPE: "send",
+            OPERATION_NAME: "publish",
+            MESSAGE_ID: correlation_id,
+        }
+        if stream is None:
+            destination = attributes[DESTINATION] = subject
+        else:
+            destination = attributes[DESTINATION] = stream
+            attributes[LB_SUBJECT] = subject
+        if partition is not None:
+            attributes[PARTITION] = str(partition)
+        trace = _Otel.trace
+        span = self._tracer.start_span(
+            f"publish {destination}", kind=trace.SpanKind.PRODUCER, attributes=attributes
+        )
+        carrier = dict(headers) if headers else {}
+        _Otel.propagate.inject(carrier, context=trace.set_span_in_context(span), setter=_SETTER)
+        return span, carrier
+
+    @staticmethod
+    def finish(span: Span, ack: Ack | None = None, error: BaseException | None = None) -> None:
+        """End a PRODUCER span with the message's ack (offset, stream) or its error."""
+        if error is not None:
+            _record_error(span, error)
+        elif ack is not None:
+            span.set_attribute(LB_OFFSET, ack.offset)
+            span.set_attribute(LB_STREAM, ack.stream)
+        span.end()
+
+    @staticmethod
+    def finisher(span: Span) -> Callable[[asyncio.Future[Any]], None]:
+        """A done-callback for the message's ack future that ends ``span``."""
+
+        def done(future: asyncio.Future[Any]) -> None:
+            if future.cancelled():
+                span.set_attribute(ERROR_TYPE, "cancelled")
+                span.set_status(_Otel.trace.Status(_Otel.trace.StatusCode.ERROR, "cancelled"))
+                span.end()
+                return
+            exc = future.exception()
+            PublishTracer.finish(span, future.result() if exc is None else None, exc)
+
+        return done
+
+
+def _record_error(span: Span, error: BaseException) -> None:
+    trace = _Otel.trace
+    span.set_attribute(ERROR_TYPE, error_type(error))
+    span.record_exception(error)
+    span.set_status(trace.Status(trace.StatusCode.ERROR, type(error).__name__))
+
+
+def publish_tracer(tracing: object) -> PublishTracer | None:
+    """What the publisher's ``tracing`` argument asks for.
+
+    ``True``: trace through the global tracer provider when ``opentelemetry-api`` is
+    installed (None when it is not); ``False``: None; a ``TracerProvider``: trace
+    through that one. Anything else is a TypeError.
+    """
+    if tracing is False:
+        return None
+    if tracing is True:
+        return PublishTracer() if _Otel.load() else None
+    if _Otel.load() and isinstance(tracing, _Otel.trace.TracerProvider):
+        return PublishTracer(tracing)
+    raise TypeError(
+        f"tracing must be True, False or an OpenTelemetry TracerProvider, got {tracing!r}"
+    )
+
+
+# ------------------------------------------------------------------ reading
+
+
+@contextlib.contextmanager
+def consumer_span(
+    message: Message[Any, Any],
+    *,
+    tracer_provider: TracerProvider | None = None,
+    group: str | None = None,
+    child_of_producer: bool = False,
+) -> Iterator[Span | None]:
+    """Process ``message`` under a CONSUMER span linked to its producer's span.
+
+    ::
+
+        async for msg in subscription:
+            with consumer_span(msg) as span:
+                handle(msg)
+
+    The span (``process <stream>``) is current inside the block, carries the messaging
+    attributes (stream, partition, offset, subject, ``group`` when given), links to the
+    span that published the message when its headers carry one, and records an
+    exception leaving the block. ``child_of_producer=True`` also makes the producer's
+    span its parent (one trace from publish to processing) instead of the current span.
+    Yields None, and does nothing, when ``opentelemetry-api`` is not installed; yields
+    a non-recording span, and does nothing else, when no SDK is configured.
+    """
+    if not _Otel.load():
+        yield None
+        return
+    trace = _Otel.trace
+    if tracer_provider is None and not sdk_configured():
+        yield trace.INVALID_SPAN
+        return
+    tracer: Tracer = (
+        tracer_provider.get_tracer(SCOPE, scope_version())
+        if tracer_provider is not None
+        else _Otel.tracer
+    )
+    producer = extract_context(message.headers)
+    links = []
+    if producer is not None:
+        span_context = trace.get_current_span(producer).get_span_context()
+        if span_context.is_valid:
+            links.append(trace.Link(span_context))
+    attributes: dict[str, str | int] = {
+        SYSTEM: LIFTBRIDGE,
+        OPERATION_TYPE: "process",
+        OPERATION_NAME: "process",
+        DESTINATION: message.stream,
+        PARTITION: str(message.partition),
+        LB_OFFSET: message.offset,
+    }
+    if message.subject:
+        attributes[LB_SUBJECT] = message.subject
+    if group is not None:
+        attributes[GROUP] = group
+    with tracer.start_as_current_span(
+        f"process {message.stream}",
+        context=producer if child_of_producer else None,
+        kind=trace.SpanKind.CONSUMER,
+        links=links,
+        attributes=attributes,
+    ) as span:
+        try:
+            yield span
+        except Exception as exc:
+            span.set_attribute(ERROR_TYPE, error_type(exc))
+            raise

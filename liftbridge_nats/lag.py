@@ -1,0 +1,79 @@
+"""Consumer lag: how far a consumer group's committed positions trail each partition.
+
+::
+
+    from liftbridge_nats.lag import consumer_lag
+
+    for row in await consumer_lag(client, "billing", ["orders"]):
+        print(row.stream, row.partition, row.committed, row.newest, row.lag)
+
+A group commits, per partition, the offset of the last message it processed (a cursor
+named ``__group:<group id>``; -1 when it never committed). The lag is the newest offset
+of the partition minus that position: the messages written that the group has not
+processed yet (messages removed by retention meanwhile are counted too). The command
+line's ``group describe`` shows the same rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ._args import checked_name
+from .groups import group_cursor_id
+
+if TYPE_CHECKING:
+    from .client import Client
+
+__all__ = ["PartitionLag", "consumer_lag", "partition_lag"]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    """One partition's position in a consumer group."""
+
+    group_id: str
+    stream: str
+    partition: int
+    committed: int
+    """Offset of the last message the group committed; -1 when none."""
+    newest: int
+    """Offset of the newest message in the partition; -1 when it is empty."""
+    lag: int
+    """Messages after the committed position: ``newest - committed``, never below 0."""
+
+
+def partition_lag(newest: int, committed: int) -> int:
+    """Messages in a partition after a committed position (-1: nothing committed)."""
+    return max(0, newest - committed)
+
+
+async def consumer_lag(
+    client: Client, group_id: str, streams: str | Sequence[str], *, timeout: float | None = None
+) -> list[PartitionLag]:
+    """The lag of ``group_id`` on every partition of ``streams``, in stream and
+    partition order.
+
+    Partition offsets come from fresh metadata, positions from the group's cursors
+    (fetched concurrently). Raises :class:`~liftbridge_nats.errors.NoSuchStreamError`
+    for a stream that does not exist.
+    """
+    checked_name(group_id, "group id")
+    names = [streams] if isinstance(streams, str) else list(streams)
+    for name in names:
+        checked_name(name, "stream name")
+    cursor_id = group_cursor_id(group_id)
+    rows: list[tuple[str, int, int]] = []
+    for name in names:
+        info = await client.stream_info(name, refresh=True)
+        for pid in sorted(info.partitions):
+            rows.append((name, pid, info.partitions[pid].newest_offset))
+    committed = await asyncio.gather(
+        *(client.fetch_cursor(cursor_id, name, pid, timeout=timeout) for name, pid, _ in rows)
+    )
+    return [
+        PartitionLag(group_id, name, pid, done, newest, partition_lag(newest, done))
+        for (name, pid, newest), done in zip(rows, committed, strict=True)
+    ]

@@ -1,0 +1,203 @@
+"""Metrics through the OpenTelemetry SDK's in-memory reader (no servers).
+
+The sources are small counter holders implementing the registry's ``metric_counts``
+protocol, as the Publisher does; each test has a meter provider of its own.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from liftbridge_nats._metrics import ACK_LATENCY_BUCKETS, Metrics, PublishCounts
+
+
+@dataclass
+class Counts:
+    """A publisher's counters, as the registry reads them."""
+
+    published: int = 0
+    acked: int = 0
+    resent: int = 0
+    no_responders: int = 0
+    failed: dict[str, int] = field(default_factory=dict)
+    inflight: int = 0
+    buffered_bytes: int = 0
+
+    def metric_counts(self) -> PublishCounts:
+        return PublishCounts(
+            self.published,
+            self.acked,
+            self.resent,
+            self.no_responders,
+            dict(self.failed),
+            self.inflight,
+            self.buffered_bytes,
+        )
+
+
+@pytest.fixture
+def reader() -> Iterator[InMemoryMetricReader]:
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    reader.provider = provider  # type: ignore[attr-defined]
+    yield reader
+    provider.shutdown()
+
+
+def collect(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str, Any], Any]]]:
+    """name -> [(attributes, value or histogram point)]"""
+    data = reader.get_metrics_data()
+    out: dict[str, list[tuple[dict[str, Any], Any]]] = {}
+    assert data is not None
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            assert scope.scope.name == "liftbridge_nats"
+            for metric in scope.metrics:
+                points = out.setdefault(metric.name, [])
+                for point in metric.data.data_points:
+                    value = getattr(point, "value", point)
+                    points.append((dict(point.attributes or {}), value))
+    return out
+
+
+def only(points: list[tuple[dict[str, Any], Any]]) -> Any:
+    (point,) = points
+    assert point[0]["messaging.system"] == "liftbridge"
+    return point[1]
+
+
+def test_publisher_counters_are_read_from_the_sources(reader: InMemoryMetricReader) -> None:
+    metrics = Metrics(reader.provider)  # type: ignore[attr-defined]
+    a = Counts(published=10, acked=7, resent=2, no_responders=1, inflight=3, buffered_bytes=50)
+    a.failed["liftbridge_nats.errors.AckTimeoutError"] = 1
+    b = Counts(published=5, acked=5)
+    b.failed["liftbridge_nats.errors.AckTimeoutError"] = 2
+    b.failed["liftbridge_nats.errors.MessageTooLargeError"] = 1
+    metrics.register_publisher(a)
+    metrics.register_publisher(b)
+    seen = collect(reader)
+    assert only(seen["messaging.client.sent.messages"]) == 15
+    assert only(seen["liftbridge.publisher.acked"]) == 12
+    assert only(seen["liftbridge.publisher.resent"]) == 2
+    assert only(seen["liftbridge.publisher.no_responders"]) == 1
+    assert only(seen["liftbridge.publisher.inflight"]) == 3
+    assert only(seen["liftbridge.publisher.buffered"]) == 50
+    failed = {attrs["error.type"]: value for attrs, value in seen["liftbridge.publisher.failed"]}
+    assert failed == {
+        "liftbridge_nats.errors.AckTimeoutError": 3,
+        "liftbridge_nats.errors.MessageTooLargeError": 1,
+    }
+    # Counting goes on between collections: the next one sees the new totals.
+    a.published += 100
+    assert only(collect(reader)["messaging.client.sent.messages"]) == 115
+
+
+def test_a_retired_publisher_keeps_its_counts_and_drops_its_gauges(
+    reader: InMemoryMetricReader,
+) -> None:
+    metrics = Metrics(reader.provider)  # type: ignore[attr-defined]
+    a = Counts(published=10, acked=9, inflight=4, buffered_bytes=8)
+    a.failed["x.Error"] = 1
+    metrics.register_publisher(a)
+    assert only(collect(reader)["liftbridge.publisher.inflight"]) == 4
+    metrics.retire_publisher(a)
+    metrics.retire_publisher(a)  # twice is harmless: counted once
+    del a
+    seen = collect(reader)
+    assert only(seen["messaging.client.sent.messages"]) == 10  # never goes down
+    assert only(seen["liftbridge.publisher.acked"]) == 9
+    assert only(seen["liftbridge.publisher.inflight"]) == 0
+    assert only(seen["liftbridge.publisher.buffered"]) == 0
+    assert [v for _, v in seen["liftbridge.publisher.failed"]] == [1]
+    b = Counts(published=1)
+    metrics.register_publisher(b)
+    assert only(collect(reader)["messaging.client.sent.messages"]) == 11
+
+
+def test_read_counters_per_stream_partition_and_group(reader: InMemoryMetricReader) -> None:
+    metrics = Metrics(reader.provider)  # type: ignore[attr-defined]
+    cell = metrics.read_cell("orders", 0)
+    assert metrics.read_cell("orders", 0) is cell  # shared, survives resubscribes
+    for size in (10, 20, 30):
+        cell.messages += 1
+        cell.bytes += size
+    grouped = metrics.read_cell("orders", 1, "billing")
+    grouped.messages += 2
+    grouped.bytes += 4
+    seen = collect(reader)
+    messages = {
+        (a["messaging.destination.name"], a["messaging.destination.partition.id"]): (
+            a.get("messaging.consumer.group.name"),
+            v,
+        )
+        for a, v in seen["messaging.client.consumed.messages"]
+    }
+    assert messages == {("orders", "0"): (None, 3), ("orders", "1"): ("billing", 2)}
+    volume = {
+        a["messaging.destination.partition.id"]: v
+        for a, v in seen["liftbridge.client.consumed.bytes"]
+    }
+    assert volume == {"0": 60, "1": 4}
+
+
+def test_ack_latency_histogram_and_its_sampling(reader: InMemoryMetricReader) -> None:
+    metrics = Metrics(reader.provider)  # type: ignore[attr-defined]
+    latency = metrics.ack_latency(min_interval=0.001)
+    assert latency is not None
+    # 1000 acks within 0.1 s: at most one per millisecond is recorded.
+    for i in range(1000):
+        now = 10.0 + i * 0.0001
+        latency.observe(now, now - 0.002)
+    (attrs, point) = collect(reader)["messaging.client.operation.duration"][0]
+    assert attrs == {
+        "messaging.system": "liftbridge",
+        "messaging.operation.type": "send",
+        "messaging.operation.name": "publish",
+    }
+    assert 99 <= point.count <= 101
+    sampled = point.count
+    assert point.min == pytest.approx(0.002) and point.max == pytest.approx(0.002)
+    assert tuple(point.explicit_bounds) == ACK_LATENCY_BUCKETS
+    # Slow acks are all recorded.
+    every = metrics.ack_latency(min_interval=0.001)
+    assert every is not None
+    for i in range(10):
+        every.observe(20.0 + i, 20.0 + i - 0.5)
+    (_, point) = collect(reader)["messaging.client.operation.duration"][0]
+    assert point.count == sampled + 10  # cumulative
+    assert point.max == pytest.approx(0.5)
+
+
+def test_the_global_registry_needs_an_sdk_for_the_histogram() -> None:
+    code = """
+        from opentelemetry import metrics
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from liftbridge_nats._metrics import default_metrics
+
+        registry = default_metrics()
+        assert registry is default_metrics() and registry.enabled
+        assert registry.ack_latency() is None  # no SDK: the publisher skips it per ack
+        registry.read_cell("s", 0).messages += 5
+        reader = InMemoryMetricReader()
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+        assert registry.ack_latency() is not None
+        # Instruments made before the SDK existed report through it now.
+        names = {
+            m.name
+            for rm in reader.get_metrics_data().resource_metrics
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+        }
+        assert "messaging.client.consumed.messages" in names, names
+        """
+    subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True)
