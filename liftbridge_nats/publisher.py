@@ -20,8 +20,10 @@ session object, built whole by :meth:`Publisher.start`. The hot path of
 ``publish_nowait`` is one envelope formatting call, one future, one tuple, one dict
 entry and one append to nats-py's outgoing buffer: no timer, no task and no
 ``wait_for`` per message (one ``loop.call_at`` timer serves every deadline). When that
-buffer is over nats-py's pending limit, a publish waits for nats-py's flusher and then
-goes on the same way.
+buffer is over nats-py's pending limit, messages wait in order in the sender's bounded
+outbox, and the sender hands them to the same fast path as nats-py's flusher catches up.
+``publish`` returns the ack's future itself (a :class:`~._inflight.PublishCall`) when
+the message went out at once, and the ack is read from its protobuf lazily.
 
 Acks: Liftbridge acks a message on the inbox it carries; the first ack of a correlation
 id settles its future. When several streams record the same subject each of them acks:
