@@ -27,8 +27,9 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check liftbridge_nats tests examples bench
 
+# mypy --strict over the package, tests, bench and examples: see [tool.mypy] in pyproject.toml.
 typecheck: venv
-	$(VENV)/bin/mypy liftbridge_nats
+	$(VENV)/bin/mypy
 
 unit: venv
 	$(PY) -m pytest tests/unit -q

@@ -9,9 +9,25 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from bench.settings import BENCH_DIR
+
+
+class Machine(TypedDict):
+    """The hardware and OS a run measured on."""
+
+    cpu: str
+    cores: int | None
+    memory_gib: float
+    os: str
+
+
+class Description(TypedDict):
+    """What :func:`describe` returns: the machine, and a version for every name measured."""
+
+    machine: Machine
+    versions: dict[str, str]
 
 
 def _first_line(cmd: list[str]) -> str:
@@ -65,7 +81,7 @@ def load_average() -> list[float]:
         return []
 
 
-def describe(liftbridge_bin: str | None, nats_bin: str | None) -> dict[str, Any]:
+def describe(liftbridge_bin: str | None, nats_bin: str | None) -> Description:
     """Machine, OS and versions of everything measured."""
     versions = {
         "python": sys.version.split()[0],

@@ -21,10 +21,34 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from liftbridge_nats.testing import LocalCluster
 
 VALUE_BYTES = 100
 PARTITIONS = 2
+
+
+class Figures(TypedDict):
+    """What :func:`run` measured, and under which conditions (written as JSON)."""
+
+    rows: int
+    value_bytes: int
+    partitions: int
+    ack_policy: str
+    spark_master: str
+    spark_tasks: int
+    spark_sink_seconds: float
+    spark_sink_rows_per_s: int
+    publisher_seconds: float
+    publisher_rows_per_s: int
+    spark_to_publisher_ratio: float
+    pyspark: str
+    python: str
+    cpus: int | None
 
 
 def _value(i: int) -> bytes:
@@ -63,7 +87,7 @@ async def _publisher_rate(nats_url: str, stream: str, rows: int) -> float:
         await nc.close()
 
 
-def _session() -> tuple[Any, bool]:
+def _session() -> tuple[SparkSession, bool]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -87,7 +111,7 @@ def _session() -> tuple[Any, bool]:
     return spark, True
 
 
-def _write(df: Any, cluster: Any, stream: str) -> None:
+def _write(df: DataFrame, cluster: LocalCluster, stream: str) -> None:
     (
         df.write.format("liftbridge")
         .mode("append")
@@ -100,7 +124,7 @@ def _write(df: Any, cluster: Any, stream: str) -> None:
     )
 
 
-def run(cluster: Any, rows: int) -> dict[str, Any]:
+def run(cluster: LocalCluster, rows: int) -> Figures:
     """Measure the Spark sink and a single Publisher on ``rows`` rows; return the figures."""
     import pyspark
 

@@ -34,7 +34,8 @@ async def main(brokers: list[str], nats_url: str) -> None:
 
                 # Pipelined: futures now, acks later (max_inflight bounds what is pending).
                 futures = [await pub.publish_nowait(stream, b"n%d" % i) for i in range(5)]
-                print("publish_nowait", [ack.offset for ack in await asyncio.gather(*futures)])
+                nowait_acks = await asyncio.gather(*futures)
+                print("publish_nowait", [a.offset for a in nowait_acks if a is not None])
 
                 # A batch, acked by every in-sync replica; records carry keys and headers.
                 acks = await pub.publish_batch(

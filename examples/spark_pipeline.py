@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 import nats
 
@@ -35,15 +35,42 @@ from liftbridge_nats.messages import AckPolicy
 from liftbridge_nats.partitioning import KeyPartitioner
 from liftbridge_nats.publisher import Publisher
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
 CUSTOMERS = [f"customer-{i:02d}" for i in range(12)]
 
 
-def make_commands(n: int, seed: int = 7) -> list[dict[str, Any]]:
+class PlaceOrder(TypedDict):
+    type: Literal["PlaceOrder"]
+    order_id: str
+    customer: str
+    amount_cents: int
+
+
+class CancelOrder(TypedDict):
+    type: Literal["CancelOrder"]
+    order_id: str
+    customer: str
+
+
+Command = PlaceOrder | CancelOrder
+
+
+class CustomerTotal(TypedDict):
+    """A row of the read model, as JSON in ``order-totals``."""
+
+    customer: str
+    total_cents: int
+    orders: int
+
+
+def make_commands(n: int, seed: int = 7) -> list[Command]:
     """``n`` PlaceOrder commands, and a CancelOrder for about one order in eight."""
     rng = random.Random(seed)
-    commands: list[dict[str, Any]] = []
+    commands: list[Command] = []
     for i in range(n):
-        order = {
+        order: PlaceOrder = {
             "type": "PlaceOrder",
             "order_id": f"o-{i}",
             "customer": rng.choice(CUSTOMERS),
@@ -61,7 +88,7 @@ def make_commands(n: int, seed: int = 7) -> list[dict[str, Any]]:
     return commands
 
 
-def expected_totals(commands: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+def expected_totals(commands: list[Command]) -> dict[str, tuple[int, int]]:
     """The read model computed without Spark: customer -> (total cents, orders)."""
     cancelled = {c["order_id"] for c in commands if c["type"] == "CancelOrder"}
     totals: dict[str, tuple[int, int]] = {}
@@ -73,7 +100,7 @@ def expected_totals(commands: list[dict[str, Any]]) -> dict[str, tuple[int, int]
 
 
 async def setup_and_publish(
-    nats_url: str, brokers: list[str], orders: str, totals: str, commands: list[dict[str, Any]]
+    nats_url: str, brokers: list[str], orders: str, totals: str, commands: list[Command]
 ) -> None:
     """Create both streams and publish the commands, keyed by customer, with ALL acks."""
     async with Client(brokers) as client:
@@ -113,7 +140,9 @@ def servers(args: argparse.Namespace) -> Iterator[tuple[str, list[str], str]]:
         yield cluster.nats_url, list(cluster.brokers), ""
 
 
-def run_pipeline(spark: Any, nats_url: str, brokers: list[str], orders: str, totals: str) -> Any:
+def run_pipeline(
+    spark: SparkSession, nats_url: str, brokers: list[str], orders: str, totals: str
+) -> DataFrame:
     """Steps 2 and 3: read commands, project totals per customer, write them."""
     from pyspark.sql import functions as F
 
@@ -149,7 +178,7 @@ def run_pipeline(spark: Any, nats_url: str, brokers: list[str], orders: str, tot
     return read_model
 
 
-def read_totals(spark: Any, brokers: list[str], totals: str) -> dict[str, tuple[int, int]]:
+def read_totals(spark: SparkSession, brokers: list[str], totals: str) -> dict[str, tuple[int, int]]:
     """Step 4: the read model as stored in Liftbridge."""
     rows = (
         spark.read.format("liftbridge")
@@ -161,12 +190,12 @@ def read_totals(spark: Any, brokers: list[str], totals: str) -> dict[str, tuple[
     )
     out: dict[str, tuple[int, int]] = {}
     for row in rows:
-        doc = json.loads(row.value)
+        doc: CustomerTotal = json.loads(row.value)
         out[doc["customer"]] = (doc["total_cents"], doc["orders"])
     return out
 
 
-def spark_session() -> Any:
+def spark_session() -> SparkSession:
     """A small local Spark session with the ``liftbridge`` source registered."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -187,7 +216,7 @@ def spark_session() -> Any:
     return spark
 
 
-def main(argv: list[str] | None = None, *, spark: Any = None) -> int:
+def main(argv: list[str] | None = None, *, spark: SparkSession | None = None) -> int:
     """Run the pipeline end to end; 0 when the stored totals match the commands.
 
     ``spark``: an existing session to use (and leave running), e.g. a test's.

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from gufo.liftbridge.api_pb2 import PublishRequest
 from gufo.liftbridge.client import LiftbridgeClient
 from gufo.liftbridge.types import AckPolicy, StartPosition
 
@@ -40,7 +41,7 @@ async def bulk(spec: dict[str, Any]) -> dict[str, Any]:
     stream, parts = spec["stream"], spec["partitions"]
     async with LiftbridgeClient(spec["brokers"]) as client:
 
-        def requests(start: int, n: int) -> Iterator[Any]:
+        def requests(start: int, n: int) -> Iterator[PublishRequest]:
             # Built lazily, inside the timed section, as an application would.
             for i in range(start, start + n):
                 yield client.get_publish_request(
@@ -85,5 +86,7 @@ async def subscribe(spec: dict[str, Any]) -> dict[str, Any]:
             if seen >= count:
                 break
         result = meter.stop(seen, count - seen)
+        # subscribe() is declared to return an AsyncIterable; it is an async generator,
+        # closed here so that its gRPC stream ends now, not when it is collected.
         await subscription.aclose()  # type: ignore[attr-defined]
         return result

@@ -4,7 +4,6 @@ in the terminal summary (``FAULT <test>: sent=... acked=... raised=... lost=...`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
@@ -22,7 +21,9 @@ def fault_report(request: pytest.FixtureRequest) -> Iterator[Callable[[str], Non
     yield record
 
 
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
     """Print the figures of every fault test that ran."""
     lines = config.stash.get(_STASH, [])
     if lines:

@@ -11,8 +11,9 @@ import os
 import sys
 
 import atheris
+from atheris.import_hook import instrument_imports
 
-with atheris.instrument_imports():
+with instrument_imports():
     from liftbridge_nats import envelope, wire
     from liftbridge_nats.errors import EnvelopeError
 

@@ -22,7 +22,7 @@ import crc32c
 from liftbridge_nats import envelope, wire
 from liftbridge_nats._proto import api_pb2
 from liftbridge_nats.envelope import MAGIC, EnvelopeError, MsgType
-from liftbridge_nats.messages import AckPolicy
+from liftbridge_nats.messages import Ack, AckPolicy
 
 Decoder = Callable[[bytes], object]
 
@@ -85,8 +85,9 @@ def _touch(result: object) -> None:
         message = result.message
         dict(message.headers)
         _ = (message.value, message.key, message.time, result.ack_inbox, result.correlation_id)
-    elif result is not None:
-        _ = (result.commit_time, result.reception_time)  # type: ignore[attr-defined]
+    else:
+        assert isinstance(result, Ack), f"decoded to a {type(result).__name__}"
+        _ = (result.commit_time, result.reception_time)
 
 
 # ------------------------------------------------------------------ seeds

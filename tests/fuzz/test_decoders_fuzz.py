@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import random
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -53,9 +54,9 @@ def test_random_bytes(data: bytes) -> None:
 
 @settings(max_examples=1500, deadline=None)
 @given(st.sampled_from(_POOL), st.randoms(use_true_random=False))
-def test_mutated_seeds(seed_input: bytes, rng: object) -> None:
+def test_mutated_seeds(seed_input: bytes, rng: random.Random) -> None:
     tally = Tally()
-    check(mutate(rng, seed_input, _POOL), tally)  # type: ignore[arg-type]
+    check(mutate(rng, seed_input, _POOL), tally)
     _assert_clean(tally)
 
 

@@ -12,13 +12,15 @@ only it would go down. The long run is ``python -m tests.fuzz.guards``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import nats
 import pytest
+from nats.aio.client import Client as NATS
 
 from liftbridge_nats.cli import main as cli_main
 from liftbridge_nats.client import Client
@@ -57,7 +59,7 @@ async def client(cluster: LocalCluster) -> AsyncIterator[Client]:
 
 
 @pytest.fixture
-async def nc(cluster: LocalCluster) -> AsyncIterator[Any]:
+async def nc(cluster: LocalCluster) -> AsyncIterator[NATS]:
     conn = await nats.connect(cluster.nats_url)
     try:
         yield conn
@@ -69,7 +71,11 @@ def _stream_dirs(cluster: LocalCluster, name: str) -> list[Path]:
     return [cluster.data_dir(i) / "streams" / name for i in range(len(cluster.node_ids))]
 
 
-async def _until(predicate: Any, within: float, what: str) -> None:
+def _stream_dirs_gone(cluster: LocalCluster, name: str) -> bool:
+    return not any(d.exists() for d in _stream_dirs(cluster, name))
+
+
+async def _until(predicate: Callable[[], bool], within: float, what: str) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     while not predicate():
@@ -78,12 +84,19 @@ async def _until(predicate: Any, within: float, what: str) -> None:
         await asyncio.sleep(0.1)
 
 
+class _CreateOptions(TypedDict, total=False):
+    """The create_stream options the refused cases below set."""
+
+    partitions: int
+    cleaner_interval: int
+
+
 # Edge cases always tried, beside the generated ones.
 _EDGE_NAMES = ["x" * 255, "é" * 127 + "x", "名" * 85, "🦀" * 63 + "abc", "a.b.c", "a\\b", "-_-"]
 
 
 async def test_allowed_names_work_on_every_replica(
-    cluster: LocalCluster, client: Client, nc: Any
+    cluster: LocalCluster, client: Client, nc: NATS
 ) -> None:
     names = list(dict.fromkeys(_EDGE_NAMES + examples(allowed_names, 10)))
     async with Publisher(nc, client=client, ack_timeout=20) as pub:
@@ -106,7 +119,7 @@ async def test_allowed_names_work_on_every_replica(
                 assert sorted(p.name for p in directory.iterdir()) == ["0", "1"], directory
             await client.delete_stream(name)
             await _until(
-                lambda name=name: not any(d.exists() for d in _stream_dirs(cluster, name)),
+                functools.partial(_stream_dirs_gone, cluster, name),
                 10,
                 f"the directories of {name!r} to go",
             )
@@ -114,7 +127,7 @@ async def test_allowed_names_work_on_every_replica(
 
 
 async def test_refused_names_never_reach_a_server(
-    cluster: LocalCluster, client: Client, nc: Any, capsys: pytest.CaptureFixture[str]
+    cluster: LocalCluster, client: Client, nc: NATS, capsys: pytest.CaptureFixture[str]
 ) -> None:
     names = examples(refused_name_cases, 60)
     groups = examples(refused_groups, 15)
@@ -132,17 +145,17 @@ async def test_refused_names_never_reach_a_server(
                 with pytest.raises(InvalidArgumentError) as info:
                     await target.create_stream("s", "s", group=group)
                 assert words in str(info.value), (rule, group, str(info.value))
-        for kwargs in (
-            {"partitions": 257},
-            {"partitions": 20_000},
-            {"subject": "wild.>", "partitions": 2},
-            {"subject": "s" * 4000},
-            {"cleaner_interval": 10**13},
-        ):
-            subject = kwargs.pop("subject", "s")
+        refused_options: list[tuple[str, _CreateOptions]] = [
+            ("s", {"partitions": 257}),
+            ("s", {"partitions": 20_000}),
+            ("wild.>", {"partitions": 2}),
+            ("s" * 4000, {}),
+            ("s", {"cleaner_interval": 10**13}),
+        ]
+        for subject, options in refused_options:
             for target in (nowhere, client):
                 with pytest.raises(InvalidArgumentError):
-                    await target.create_stream(subject, "s", **kwargs)
+                    await target.create_stream(subject, "s", **options)
         # The command line checks before it connects.
         for rule, name, words in names[:10]:
             if "\0" in name or rule == "lone surrogate":
@@ -160,7 +173,7 @@ async def test_refused_names_never_reach_a_server(
 
 
 async def test_generated_bad_calls_end_as_typed_errors(
-    cluster: LocalCluster, client: Client, nc: Any
+    cluster: LocalCluster, client: Client, nc: NATS
 ) -> None:
     calls = examples(bad_calls, 400)
     tally = Tally()

@@ -19,6 +19,7 @@ from liftbridge_nats._names import (
     check_group,
     check_stream_name,
 )
+from liftbridge_nats._proto import api_pb2
 from liftbridge_nats.errors import InvalidArgumentError
 
 from ._guards import MAX_NAME_BYTES, allowed_names, refused_groups, refused_names
@@ -94,14 +95,14 @@ def test_groups_are_no_files(group: str) -> None:
 
 
 @pytest.mark.parametrize("value", [None, b"orders", 7, ["a"]])
-def test_wrong_types_are_type_errors(value: Any) -> None:
+def test_wrong_types_are_type_errors(value: object) -> None:
     with pytest.raises(TypeError, match="stream name"):
         check_stream_name(value)
     with pytest.raises(TypeError, match="group"):
         check_group(value)
 
 
-def _request(**kwargs: Any) -> Any:
+def _request(**kwargs: Any) -> api_pb2.CreateStreamRequest:
     base: dict[str, Any] = {"max_partitions": DEFAULT_MAX_PARTITIONS}
     base.update(kwargs)
     subject = base.pop("subject", "orders")

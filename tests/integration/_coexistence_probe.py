@@ -13,11 +13,12 @@ import asyncio
 import importlib
 import json
 import sys
-from typing import Any
+from types import ModuleType
 
 
-def import_in_order(order: list[str], stub_dir: str | None) -> dict[str, Any]:
-    modules: dict[str, Any] = {}
+def import_in_order(order: list[str], stub_dir: str | None) -> dict[str, ModuleType]:
+    # Imported by name, in the order asked: what they hold is known only at run time.
+    modules: dict[str, ModuleType] = {}
     for name in order:
         if name == "sdk":
             modules["sdk"] = importlib.import_module("liftbridge_nats")
@@ -35,7 +36,7 @@ def import_in_order(order: list[str], stub_dir: str | None) -> dict[str, Any]:
     return modules
 
 
-async def read_back(sdk: Any, broker: str, stream: str) -> list[str]:
+async def read_back(sdk: ModuleType, broker: str, stream: str) -> list[str]:
     async with (
         sdk.Client([broker]) as client,
         client.subscribe(
@@ -47,11 +48,11 @@ async def read_back(sdk: Any, broker: str, stream: str) -> list[str]:
         return [msg.value.decode() async for msg in sub]
 
 
-async def with_gufo(m: dict[str, Any], broker: str, stream: str) -> dict[str, Any]:
+async def with_gufo(m: dict[str, ModuleType], broker: str, stream: str) -> dict[str, object]:
     types = m["gufo_types"]
     async with m["gufo"].LiftbridgeClient([broker]) as peer:
         await peer.publish(b"gufo", stream=stream, partition=0, ack_policy=types.AckPolicy.ALL)
-        seen = []
+        seen: list[str] = []
         async for msg in peer.subscribe(stream, start_position=types.StartPosition.EARLIEST):
             seen.append(msg.value.decode())
             if len(seen) == 2:
@@ -59,7 +60,7 @@ async def with_gufo(m: dict[str, Any], broker: str, stream: str) -> dict[str, An
     return {"peer_read": seen}
 
 
-async def with_stubs(m: dict[str, Any], broker: str, stream: str) -> dict[str, Any]:
+async def with_stubs(m: dict[str, ModuleType], broker: str, stream: str) -> dict[str, object]:
     import grpc.aio
 
     pb, pb_grpc = m["pb"], m["pb_grpc"]
@@ -89,7 +90,7 @@ async def main(
             ack = await pub.publish(stream, b"sdk", ack_policy=sdk.AckPolicy.ALL)
     finally:
         await nc.close()
-    out: dict[str, Any] = {"sdk_offset": ack.offset}
+    out: dict[str, object] = {"sdk_offset": ack.offset}
     out |= await (with_gufo if "gufo" in order else with_stubs)(m, broker, stream)
     out["sdk_read"] = await read_back(sdk, broker, stream)
     print(json.dumps(out))
@@ -97,4 +98,5 @@ async def main(
 
 if __name__ == "__main__":
     order_arg, broker_arg, nats_arg, stream_arg, *rest = sys.argv[1:]
-    asyncio.run(main(order_arg.split(","), broker_arg, nats_arg, stream_arg, *(rest or [None])))
+    stubs_arg = rest[0] if rest else None
+    asyncio.run(main(order_arg.split(","), broker_arg, nats_arg, stream_arg, stubs_arg))

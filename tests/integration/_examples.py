@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
+
+from liftbridge_nats.testing import LocalCluster
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-async def run_example(name: str, cluster: Any, *args: str, timeout: float = 90) -> str:
+async def run_example(name: str, cluster: LocalCluster, *args: str, timeout: float = 90) -> str:
     """Run ``examples/<name>`` with the cluster's addresses; return its stdout."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,

@@ -8,11 +8,12 @@ itself (not a server refusal: no ``RpcError``), with no stream created.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeAlias
 
 import pytest
+from nats.aio.client import Client as NATS
 
 from liftbridge_nats.client import Client
 from liftbridge_nats.errors import (
@@ -24,8 +25,13 @@ from liftbridge_nats.errors import (
 )
 from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
 from liftbridge_nats.publisher import Publisher
+from liftbridge_nats.testing import LocalCluster
 
 ARG_ERRORS = (InvalidArgumentError, TypeError)
+# The tables below hold values of the wrong type on purpose, since the SDK must refuse them
+# at run time: Any is how they get past its typed signatures.
+BadArg: TypeAlias = Any
+BadArgs: TypeAlias = dict[str, BadArg]
 INT64_MAX = 2**63 - 1
 
 
@@ -41,12 +47,12 @@ def _assert_clear(exc: BaseException, *words: str) -> None:
 
 
 @pytest.fixture
-async def pub(nats_client: Any) -> AsyncIterator[Publisher]:
+async def pub(nats_client: NATS) -> AsyncIterator[Publisher]:
     async with Publisher(nats_client, ack_timeout=5) as publisher:
         yield publisher
 
 
-PUBLISH_CASES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
+PUBLISH_CASES: list[tuple[str, BadArgs, tuple[str, ...]]] = [
     ("empty subject", {"subject": ""}, ("subject",)),
     ("subject not str", {"subject": b"orders"}, ("subject",)),
     ("subject None", {"subject": None}, ("subject",)),
@@ -82,24 +88,25 @@ PUBLISH_CASES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
 @pytest.mark.parametrize("method", ["publish", "publish_nowait"])
 async def test_publish_argument_errors(
     pub: Publisher,
-    nats_client: Any,
+    nats_client: NATS,
     method: str,
     case: str,
-    override: dict[str, Any],
+    override: BadArgs,
     words: tuple[str, ...],
 ) -> None:
-    kwargs: dict[str, Any] = {"subject": "args-orders", "value": b"v", **override}
+    kwargs: BadArgs = {"subject": "args-orders", "value": b"v", **override}
     subject, value = kwargs.pop("subject"), kwargs.pop("value")
+    send = pub.publish if method == "publish" else pub.publish_nowait
     out_before = nats_client.stats["out_msgs"]
     with pytest.raises(ARG_ERRORS) as info:
-        await getattr(pub, method)(subject, value, **kwargs)
+        await send(subject, value, **kwargs)
     _assert_clear(info.value, *words)
     assert nats_client.stats["out_msgs"] == out_before, "something was sent"
     assert pub.pending == 0 and pub.stats.published == 0
 
 
 async def test_publish_too_large_is_refused_before_sending(
-    pub: Publisher, nats_client: Any
+    pub: Publisher, nats_client: NATS
 ) -> None:
     out_before = nats_client.stats["out_msgs"]
     with pytest.raises(MessageTooLargeError) as info:
@@ -123,13 +130,15 @@ async def test_publish_too_large_is_refused_before_sending(
         ({"max_buffered_bytes": -1}, "max_buffered_bytes"),
     ],
 )
-def test_publisher_constructor_errors(nats_client: Any, kwargs: dict[str, Any], word: str) -> None:
+def test_publisher_constructor_errors(nats_client: NATS, kwargs: BadArgs, word: str) -> None:
     with pytest.raises(ARG_ERRORS) as info:
         Publisher(nats_client, **kwargs)
     _assert_clear(info.value, word)
 
 
-async def test_publish_batch_argument_errors_send_nothing(pub: Publisher, nats_client: Any) -> None:
+async def test_publish_batch_argument_errors_send_nothing(
+    pub: Publisher, nats_client: NATS
+) -> None:
     out_before = nats_client.stats["out_msgs"]
     with pytest.raises(ARG_ERRORS):
         await pub.publish_batch("args-orders", ["not bytes"])  # type: ignore[list-item]
@@ -139,7 +148,9 @@ async def test_publish_batch_argument_errors_send_nothing(pub: Publisher, nats_c
     assert pub.pending == 0
 
 
-async def test_publish_to_stream_argument_errors(nats_client: Any, liftbridge_cluster: Any) -> None:
+async def test_publish_to_stream_argument_errors(
+    nats_client: NATS, liftbridge_cluster: LocalCluster
+) -> None:
     async with Publisher(nats_client) as no_client:
         with pytest.raises(InvalidArgumentError, match="client"):
             await no_client.publish_to_stream("s", b"v")
@@ -158,7 +169,7 @@ async def test_publish_to_stream_argument_errors(nats_client: Any, liftbridge_cl
             await client.delete_stream(name)
 
 
-async def test_publish_on_unstarted_or_closed_publisher(nats_client: Any) -> None:
+async def test_publish_on_unstarted_or_closed_publisher(nats_client: NATS) -> None:
     pub = Publisher(nats_client)
     with pytest.raises(PublisherClosedError, match="not started"):
         await pub.publish("args-orders", b"v")
@@ -186,19 +197,19 @@ async def test_publish_on_unstarted_or_closed_publisher(nats_client: Any) -> Non
         (12345, {}),
     ],
 )
-def test_client_constructor_errors(brokers: Any, kwargs: dict[str, Any]) -> None:
+def test_client_constructor_errors(brokers: BadArg, kwargs: BadArgs) -> None:
     with pytest.raises(ARG_ERRORS) as info:
         Client(brokers, **kwargs)
     _assert_clear(info.value, "broker", "timeout", "host:port", "address")
 
 
 @pytest.fixture
-async def client(liftbridge_cluster: Any) -> AsyncIterator[Client]:
+async def client(liftbridge_cluster: LocalCluster) -> AsyncIterator[Client]:
     async with Client(liftbridge_cluster.brokers, timeout=5) as c:
         yield c
 
 
-CREATE_CASES: list[tuple[str, tuple[Any, Any], dict[str, Any], tuple[str, ...]]] = [
+CREATE_CASES: list[tuple[str, tuple[BadArg, BadArg], BadArgs, tuple[str, ...]]] = [
     ("empty subject", ("", "NAME"), {}, ("subject",)),
     ("empty name", ("SUBJ", ""), {}, ("name",)),
     ("subject not str", (b"x", "NAME"), {}, ("subject",)),
@@ -247,8 +258,8 @@ async def test_create_stream_argument_errors(
     client: Client,
     unique_name: Callable[[str], str],
     case: str,
-    args: tuple[Any, Any],
-    kwargs: dict[str, Any],
+    args: tuple[BadArg, BadArg],
+    kwargs: BadArgs,
     words: tuple[str, ...],
 ) -> None:
     name = unique_name("args")
@@ -262,7 +273,7 @@ async def test_create_stream_argument_errors(
             await client.stream_info(stream, refresh=True)
 
 
-SUBSCRIBE_CASES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
+SUBSCRIBE_CASES: list[tuple[str, BadArgs, tuple[str, ...]]] = [
     ("empty stream", {"stream": ""}, ("stream",)),
     ("stream not str", {"stream": 3}, ("stream",)),
     ("partition -1", {"partition": -1}, ("partition",)),
@@ -289,7 +300,7 @@ SUBSCRIBE_CASES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
     ("case", "kwargs", "words"), SUBSCRIBE_CASES, ids=[c[0] for c in SUBSCRIBE_CASES]
 )
 async def test_subscribe_argument_errors(
-    client: Client, case: str, kwargs: dict[str, Any], words: tuple[str, ...]
+    client: Client, case: str, kwargs: BadArgs, words: tuple[str, ...]
 ) -> None:
     kwargs = {"stream": "args-subscribe", **kwargs}
     stream = kwargs.pop("stream")
@@ -300,7 +311,7 @@ async def test_subscribe_argument_errors(
 
 
 async def test_other_client_calls_check_their_arguments(client: Client) -> None:
-    for call, words in [
+    calls: list[tuple[Callable[[], Awaitable[object]], tuple[str, ...]]] = [
         (lambda: client.delete_stream(""), ("name", "stream")),
         (lambda: client.fetch_partition_metadata("args-x", -1), ("partition",)),
         (lambda: client.fetch_partition_metadata("", 0), ("stream",)),
@@ -310,19 +321,21 @@ async def test_other_client_calls_check_their_arguments(client: Client) -> None:
         (lambda: client.fetch_cursor("c", "", 0), ("stream",)),
         (lambda: client.pause_stream(""), ("name", "stream")),
         (lambda: client.fetch_metadata(streams="one-string"), ("list", "streams")),
-    ]:
+    ]
+    for call, words in calls:
         with pytest.raises(ARG_ERRORS) as info:
             await call()
         _assert_clear(info.value, *words)
 
 
 async def test_publish_over_grpc_argument_errors(client: Client) -> None:
-    for kwargs, words in [
+    cases: list[tuple[BadArgs, tuple[str, ...]]] = [
         ({"stream": "", "value": b"v"}, ("stream",)),
         ({"stream": "args-x", "value": "str"}, ("value",)),
         ({"stream": "args-x", "value": b"v", "partition": -1}, ("partition",)),
         ({"stream": "args-x", "value": b"v", "ack_policy": 7}, ("ack_policy",)),
-    ]:
+    ]
+    for kwargs, words in cases:
         with pytest.raises(ARG_ERRORS) as info:
             await client.publish(**kwargs)
         _assert_clear(info.value, *words)

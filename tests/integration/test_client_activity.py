@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable
 
 from liftbridge_nats.activity import ActivityEvent, ActivityOp
 from liftbridge_nats.client import Client
 from liftbridge_nats.messages import StartPosition, StopPosition
+from liftbridge_nats.testing import LocalCluster
 
 
 async def test_activity_events_for_each_operation(
-    liftbridge_cluster: Any, unique_name: Any
+    liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
 ) -> None:
     name, group = unique_name("act"), unique_name("g")
     async with Client(liftbridge_cluster.brokers) as client:
@@ -54,7 +55,7 @@ async def test_activity_events_for_each_operation(
     assert len({e.id for e in mine}) == len(mine)
 
 
-async def test_activity_history_from_earliest(liftbridge_cluster: Any) -> None:
+async def test_activity_history_from_earliest(liftbridge_cluster: LocalCluster) -> None:
     async with Client(liftbridge_cluster.brokers) as client:
         events = [e async for e in client.activity(stop_position=StopPosition.LATEST)]
     # The broker records the creation of its own internal streams first.

@@ -135,8 +135,10 @@ Code = api_pb2.PublishAsyncError
         (Code.PERMISSION_DENIED, "not authorized", ServerError),
     ],
 )
-def test_publish_async_errors(code: int, message: str, cls: type[LiftbridgeError]) -> None:
-    err = async_error(Code(code=code, message=message), "cid-1")  # type: ignore[arg-type]
+def test_publish_async_errors(
+    code: api_pb2.PublishAsyncError.Code.ValueType, message: str, cls: type[LiftbridgeError]
+) -> None:
+    err = async_error(Code(code=code, message=message), "cid-1")
     assert type(err) is cls
     assert isinstance(err, RemoteError) and message in str(err)
 

@@ -7,9 +7,9 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
 
 import pytest
+from nats.aio.client import Client as NATS
 
 from liftbridge_nats import wire
 from liftbridge_nats.client import REPLICATION_MAX, Client
@@ -21,7 +21,8 @@ from liftbridge_nats.errors import (
     RpcError,
     StreamExistsError,
 )
-from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
+from liftbridge_nats.messages import AckPolicy, Message, StartPosition, StopPosition
+from liftbridge_nats.testing import LocalCluster
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], within: float = 15.0) -> None:
@@ -33,7 +34,7 @@ async def eventually(check: Callable[[], Awaitable[bool]], within: float = 15.0)
         await asyncio.sleep(0.2)
 
 
-async def read_all(client: Client, stream: str, partition: int = 0) -> list[Any]:
+async def read_all(client: Client, stream: str, partition: int = 0) -> list[Message]:
     """Every retained message of a partition, oldest first (empty when there are none)."""
     sub = client.subscribe(
         stream,
@@ -45,7 +46,9 @@ async def read_all(client: Client, stream: str, partition: int = 0) -> list[Any]
         return [msg async for msg in sub]
 
 
-async def test_create_stream_metadata_and_exists(liftbridge_cluster: Any, unique_name: Any) -> None:
+async def test_create_stream_metadata_and_exists(
+    liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
+) -> None:
     name = unique_name("s")
     before = time.time_ns()
     async with Client(liftbridge_cluster.brokers) as client:
@@ -69,7 +72,7 @@ async def test_create_stream_metadata_and_exists(liftbridge_cluster: Any, unique
             await client.stream_info(name, refresh=True)
 
 
-async def test_invalid_create_arguments(liftbridge_cluster: Any) -> None:
+async def test_invalid_create_arguments(liftbridge_cluster: LocalCluster) -> None:
     async with Client(liftbridge_cluster.brokers) as client:
         # Refused by the server (reserved name): a BadRequestError, a ValueError.
         with pytest.raises(BadRequestError, match="reserved"):
@@ -83,7 +86,9 @@ async def test_invalid_create_arguments(liftbridge_cluster: Any) -> None:
             await client.create_stream("x", "x", retention_max_age=-1)
 
 
-async def test_retention_max_messages_trims(liftbridge_cluster: Any, unique_name: Any) -> None:
+async def test_retention_max_messages_trims(
+    liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
+) -> None:
     name = unique_name("ret")
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(
@@ -106,7 +111,9 @@ async def test_retention_max_messages_trims(liftbridge_cluster: Any, unique_name
         assert [m.offset for m in msgs] == list(range(msgs[0].offset, 40))
 
 
-async def test_retention_max_bytes_trims(liftbridge_cluster: Any, unique_name: Any) -> None:
+async def test_retention_max_bytes_trims(
+    liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
+) -> None:
     name = unique_name("retb")
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(
@@ -123,7 +130,9 @@ async def test_retention_max_bytes_trims(liftbridge_cluster: Any, unique_name: A
         assert (await read_all(client, name))[-1].offset == 39
 
 
-async def test_retention_max_age_trims(liftbridge_cluster: Any, unique_name: Any) -> None:
+async def test_retention_max_age_trims(
+    liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
+) -> None:
     name = unique_name("age")
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(
@@ -147,7 +156,7 @@ async def test_retention_max_age_trims(liftbridge_cluster: Any, unique_name: Any
 
 
 async def test_compaction_keeps_last_value_per_key(
-    liftbridge_cluster: Any, unique_name: Any
+    liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
 ) -> None:
     name = unique_name("compact")
     async with Client(liftbridge_cluster.brokers) as client:
@@ -175,7 +184,7 @@ async def test_compaction_keeps_last_value_per_key(
 
 
 async def test_pause_drops_nats_publishes_until_resume(
-    liftbridge_cluster: Any, nats_client: Any, unique_name: Any
+    liftbridge_cluster: LocalCluster, nats_client: NATS, unique_name: Callable[[str], str]
 ) -> None:
     name = unique_name("pause")
     async with Client(liftbridge_cluster.brokers) as client:
@@ -202,7 +211,9 @@ async def test_pause_drops_nats_publishes_until_resume(
         await eventually(stored, within=5)
 
 
-async def test_pause_resume_all(liftbridge_cluster: Any, unique_name: Any) -> None:
+async def test_pause_resume_all(
+    liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
+) -> None:
     name = unique_name("pall")
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name, partitions=2)
@@ -219,7 +230,7 @@ async def test_pause_resume_all(liftbridge_cluster: Any, unique_name: Any) -> No
 
 
 async def test_readonly_rejects_and_ends_subscriptions(
-    liftbridge_cluster: Any, unique_name: Any
+    liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
 ) -> None:
     name = unique_name("ro")
     async with Client(liftbridge_cluster.brokers) as client:
@@ -239,7 +250,9 @@ async def test_readonly_rejects_and_ends_subscriptions(
         assert ack is not None and ack.offset == 2
 
 
-async def test_optimistic_concurrency_control(liftbridge_cluster: Any, unique_name: Any) -> None:
+async def test_optimistic_concurrency_control(
+    liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
+) -> None:
     name = unique_name("occ")
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name, optimistic_concurrency_control=True)
@@ -251,7 +264,9 @@ async def test_optimistic_concurrency_control(liftbridge_cluster: Any, unique_na
         assert ack is not None and ack.offset == 1
 
 
-async def test_min_isr_blocks_commits(liftbridge_cluster: Any, unique_name: Any) -> None:
+async def test_min_isr_blocks_commits(
+    liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
+) -> None:
     name = unique_name("minisr")
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name, min_isr=2)
@@ -265,7 +280,9 @@ async def test_min_isr_blocks_commits(liftbridge_cluster: Any, unique_name: Any)
         assert info.high_watermark == -1  # one replica in the ISR, two required
 
 
-async def test_auto_pause(liftbridge_cluster: Any, unique_name: Any) -> None:
+async def test_auto_pause(
+    liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
+) -> None:
     idle, watched = unique_name("idle"), unique_name("watched")
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(idle, idle, auto_pause_time=timedelta(milliseconds=500))
@@ -282,7 +299,9 @@ async def test_auto_pause(liftbridge_cluster: Any, unique_name: Any) -> None:
             assert not (await client.stream_info(watched, refresh=True)).partitions[0].paused
 
 
-async def test_encryption_needs_server_key(liftbridge_cluster: Any, unique_name: Any) -> None:
+async def test_encryption_needs_server_key(
+    liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
+) -> None:
     # The test cluster runs without LIFTBRIDGE_ENCRYPTION_KEY: the option reaches the
     # server, which refuses it with a precondition error naming encryption.
     name = unique_name("enc")
@@ -294,7 +313,7 @@ async def test_encryption_needs_server_key(liftbridge_cluster: Any, unique_name:
 
 
 async def test_queue_group_shares_subject(
-    liftbridge_cluster: Any, nats_client: Any, unique_name: Any
+    liftbridge_cluster: LocalCluster, nats_client: NATS, unique_name: Callable[[str], str]
 ) -> None:
     subject, a, b = unique_name("subj"), unique_name("ga"), unique_name("gb")
     async with Client(liftbridge_cluster.brokers) as client:
@@ -314,7 +333,9 @@ async def test_queue_group_shares_subject(
 
 
 @pytest.mark.cluster
-async def test_replication_factor(liftbridge_cluster3: Any, unique_name: Any) -> None:
+async def test_replication_factor(
+    liftbridge_cluster3: LocalCluster, unique_name: Callable[[str], str]
+) -> None:
     two, every = unique_name("rf2"), unique_name("rfmax")
     async with Client(liftbridge_cluster3.brokers) as client:
         await client.create_stream(two, two, replication_factor=2)
@@ -326,7 +347,7 @@ async def test_replication_factor(liftbridge_cluster3: Any, unique_name: Any) ->
 
 
 async def test_wildcard_subject_stream(
-    liftbridge_cluster: Any, nats_client: Any, unique_name: Any
+    liftbridge_cluster: LocalCluster, nats_client: NATS, unique_name: Callable[[str], str]
 ) -> None:
     # Liftbridge streams may listen on wildcard subjects; the client lets them through.
     base = unique_name("wild")

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TypeAlias, TypedDict
 
 import pytest
 
@@ -14,6 +15,7 @@ from liftbridge_nats.client import Client
 from liftbridge_nats.errors import InvalidArgumentError, NoSuchStreamError, PartitionPausedError
 from liftbridge_nats.messages import StartPosition, StopPosition
 from liftbridge_nats.subscription import Subscription
+from liftbridge_nats.testing import LocalCluster
 
 
 async def offsets(sub: Subscription, within: float = 10.0) -> list[int]:
@@ -21,8 +23,14 @@ async def offsets(sub: Subscription, within: float = 10.0) -> list[int]:
         return [msg.offset async for msg in sub]
 
 
+# A client, a stream name, and the ten times in ns that the stream's messages straddle.
+Ten: TypeAlias = tuple[Client, str, list[int]]
+
+
 @pytest.fixture
-async def ten(liftbridge_cluster: Any, unique_name: Any) -> Any:
+async def ten(
+    liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
+) -> AsyncIterator[Ten]:
     """A client and a stream holding offsets 0..9; ``marks[i]`` is a time between i-1 and i."""
     name = unique_name("sub")
     async with Client(liftbridge_cluster.brokers) as client:
@@ -36,7 +44,7 @@ async def ten(liftbridge_cluster: Any, unique_name: Any) -> Any:
         yield client, name, marks
 
 
-async def test_earliest_to_latest(ten: Any) -> None:
+async def test_earliest_to_latest(ten: Ten) -> None:
     client, name, _ = ten
     sub = client.subscribe(
         name, start_position=StartPosition.EARLIEST, stop_position=StopPosition.LATEST
@@ -49,7 +57,7 @@ async def test_earliest_to_latest(ten: Any) -> None:
     assert m.subject == name and m.timestamp > 0
 
 
-async def test_offset_range(ten: Any) -> None:
+async def test_offset_range(ten: Ten) -> None:
     client, name, _ = ten
     assert await offsets(client.subscribe(name, start_offset=4, stop_offset=6)) == [4, 5, 6]
     assert await offsets(
@@ -63,7 +71,7 @@ async def test_offset_range(ten: Any) -> None:
     assert await offsets(client.subscribe(name, start_offset=0, stop_offset=0)) == [0]
 
 
-async def test_latest(ten: Any) -> None:
+async def test_latest(ten: Ten) -> None:
     client, name, _ = ten
     sub = client.subscribe(
         name, start_position=StartPosition.LATEST, stop_position=StopPosition.LATEST
@@ -71,7 +79,7 @@ async def test_latest(ten: Any) -> None:
     assert await offsets(sub) == [9]
 
 
-async def test_timestamps(ten: Any) -> None:
+async def test_timestamps(ten: Ten) -> None:
     client, name, marks = ten
     sub = client.subscribe(name, start_time=marks[5], stop_position=StopPosition.LATEST)
     assert await offsets(sub) == [5, 6, 7, 8, 9]
@@ -82,7 +90,7 @@ async def test_timestamps(ten: Any) -> None:
     assert await offsets(sub) == [3, 4, 5]
 
 
-async def test_start_time_as_timedelta(ten: Any) -> None:
+async def test_start_time_as_timedelta(ten: Ten) -> None:
     client, name, _ = ten
     await asyncio.sleep(1.0)
     for i in range(3):
@@ -93,7 +101,7 @@ async def test_start_time_as_timedelta(ten: Any) -> None:
     assert await offsets(sub) == [10, 11, 12]
 
 
-async def test_new_only_sees_only_later_messages(ten: Any) -> None:
+async def test_new_only_sees_only_later_messages(ten: Ten) -> None:
     client, name, _ = ten
     sub = client.subscribe(name)
     await sub.start()
@@ -112,7 +120,7 @@ async def test_new_only_sees_only_later_messages(ten: Any) -> None:
     assert sub.closed
 
 
-async def test_stop_offset_waits_for_future_messages(ten: Any) -> None:
+async def test_stop_offset_waits_for_future_messages(ten: Ten) -> None:
     client, name, _ = ten
     sub = client.subscribe(name, start_offset=8, stop_offset=11)
     await sub.start()
@@ -127,7 +135,7 @@ async def test_stop_offset_waits_for_future_messages(ten: Any) -> None:
     await task
 
 
-async def test_on_cancel_follows_until_closed(ten: Any) -> None:
+async def test_on_cancel_follows_until_closed(ten: Ten) -> None:
     client, name, _ = ten
     async with client.subscribe(name, start_offset=7) as sub:
         got = []
@@ -141,7 +149,9 @@ async def test_on_cancel_follows_until_closed(ten: Any) -> None:
     assert got == [7, 8, 9, 10]
 
 
-async def test_empty_stream_ranges(liftbridge_cluster: Any, unique_name: Any) -> None:
+async def test_empty_stream_ranges(
+    liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
+) -> None:
     name = unique_name("empty")
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name)
@@ -156,7 +166,9 @@ async def test_empty_stream_ranges(liftbridge_cluster: Any, unique_name: Any) ->
         assert await offsets(sub) == []
 
 
-async def test_unknown_stream_and_partition(liftbridge_cluster: Any, unique_name: Any) -> None:
+async def test_unknown_stream_and_partition(
+    liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
+) -> None:
     name = unique_name("nope")
     async with Client(liftbridge_cluster.brokers, timeout=3) as client:
         with pytest.raises(NoSuchStreamError):
@@ -166,7 +178,9 @@ async def test_unknown_stream_and_partition(liftbridge_cluster: Any, unique_name
             await client.subscribe(name, partition=3).start()
 
 
-async def test_resume_on_subscribe(liftbridge_cluster: Any, unique_name: Any) -> None:
+async def test_resume_on_subscribe(
+    liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
+) -> None:
     name = unique_name("res")
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name)
@@ -180,6 +194,17 @@ async def test_resume_on_subscribe(liftbridge_cluster: Any, unique_name: Any) ->
             assert (await sub.__anext__()).value == b"before"
         info = await client.stream_info(name, refresh=True)
         assert info.partitions[0].pause_changed.latest > paused_at
+
+
+class SubscribeOptions(TypedDict, total=False):
+    """The subscribe() options the cases below combine."""
+
+    partition: int
+    start_position: StartPosition
+    start_offset: int
+    start_time: timedelta
+    stop_position: StopPosition
+    stop_offset: int
 
 
 @pytest.mark.parametrize(
@@ -199,7 +224,7 @@ async def test_resume_on_subscribe(liftbridge_cluster: Any, unique_name: Any) ->
         ({"partition": -1}, "partition"),
     ],
 )
-def test_arguments_checked_before_sending(kwargs: dict[str, Any], match: str) -> None:
+def test_arguments_checked_before_sending(kwargs: SubscribeOptions, match: str) -> None:
     # The client never connects: validation happens in subscribe() itself.
     client = Client(["127.0.0.1:1"])
     with pytest.raises(InvalidArgumentError, match=match):
@@ -207,7 +232,9 @@ def test_arguments_checked_before_sending(kwargs: dict[str, Any], match: str) ->
 
 
 @pytest.mark.cluster
-async def test_read_isr_replica(liftbridge_cluster3: Any, unique_name: Any) -> None:
+async def test_read_isr_replica(
+    liftbridge_cluster3: LocalCluster, unique_name: Callable[[str], str]
+) -> None:
     name = unique_name("isr")
     async with Client(liftbridge_cluster3.brokers) as client:
         await client.create_stream(name, name, replication_factor=3)
@@ -234,7 +261,7 @@ async def test_read_isr_replica(liftbridge_cluster3: Any, unique_name: Any) -> N
             assert got == [0, 1, 2, 3, 4]
 
 
-async def test_waiting_with_a_timeout_keeps_the_subscription(ten: Any) -> None:
+async def test_waiting_with_a_timeout_keeps_the_subscription(ten: Ten) -> None:
     # Cancelling a gRPC read cancels the whole call; the iterator must shield it so
     # that `wait_for(anext(sub), t)` can be retried after a timeout.
     client, name, _ = ten
@@ -248,14 +275,16 @@ async def test_waiting_with_a_timeout_keeps_the_subscription(ten: Any) -> None:
         assert (msg.offset, msg.value, sub.resubscribes) == (10, b"late", 0)
 
 
-async def test_changes_under_a_live_subscription(liftbridge_cluster: Any, unique_name: Any) -> None:
+async def test_changes_under_a_live_subscription(
+    liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
+) -> None:
     paused, deleted, readonly = unique_name("p"), unique_name("d"), unique_name("r")
     async with Client(liftbridge_cluster.brokers) as client:
         for name in (paused, deleted, readonly):
             await client.create_stream(name, name)
             await client.publish(name, b"first")
 
-        async def first_then(name: str, change: Any) -> Subscription:
+        async def first_then(name: str, change: Callable[[str], Awaitable[object]]) -> Subscription:
             sub = client.subscribe(name, start_position=StartPosition.EARLIEST)
             await sub.start()
             assert (await asyncio.wait_for(anext(sub), 5)).value == b"first"

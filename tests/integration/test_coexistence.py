@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from google.protobuf import descriptor_pool
 
 from liftbridge_nats._proto import api_pb2
+from liftbridge_nats.testing import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).with_name("_coexistence_probe.py")
@@ -68,7 +69,7 @@ def user_stubs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-async def _probe(order: str, cluster: Any, stream: str, *extra: str) -> dict[str, Any]:
+async def _probe(order: str, cluster: LocalCluster, stream: str, *extra: str) -> dict[str, object]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-W",
@@ -84,13 +85,13 @@ async def _probe(order: str, cluster: Any, stream: str, *extra: str) -> dict[str
     )
     out, err = await asyncio.wait_for(proc.communicate(), 90)
     assert proc.returncode == 0, err.decode()
-    result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    result: dict[str, object] = json.loads(out.decode().strip().splitlines()[-1])
     return result
 
 
 @pytest.mark.parametrize("order", ["gufo,sdk", "sdk,gufo"])
 async def test_beside_gufo_liftbridge(
-    order: str, liftbridge_cluster: Any, unique_name: Any
+    order: str, liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
 ) -> None:
     stream = unique_name("gufo")
     result = await _probe(order, liftbridge_cluster, stream)
@@ -103,7 +104,10 @@ async def test_beside_gufo_liftbridge(
 
 @pytest.mark.parametrize("order", ["stubs,sdk", "sdk,stubs"])
 async def test_beside_stubs_generated_from_api_proto(
-    order: str, liftbridge_cluster: Any, unique_name: Any, user_stubs: Path
+    order: str,
+    liftbridge_cluster: LocalCluster,
+    unique_name: Callable[[str], str],
+    user_stubs: Path,
 ) -> None:
     stream = unique_name("stubs")
     result = await _probe(order, liftbridge_cluster, stream, str(user_stubs))

@@ -3,7 +3,7 @@ commits them, partitions empty, partly read and fully read."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
@@ -11,6 +11,7 @@ from liftbridge_nats.client import Client
 from liftbridge_nats.errors import InvalidArgumentError, NoSuchStreamError
 from liftbridge_nats.groups import group_cursor_id
 from liftbridge_nats.lag import PartitionLag, consumer_lag, partition_lag
+from liftbridge_nats.testing import LocalCluster
 
 
 def test_partition_lag() -> None:
@@ -21,7 +22,9 @@ def test_partition_lag() -> None:
     assert partition_lag(newest=3, committed=9) == 0  # a position ahead is no debt
 
 
-async def test_consumer_lag_per_partition(liftbridge_cluster: Any, unique_name: Any) -> None:
+async def test_consumer_lag_per_partition(
+    liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
+) -> None:
     a, b, group = unique_name("laga"), unique_name("lagb"), unique_name("g")
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(a, a, partitions=3)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from _examples import run_example
 
+from liftbridge_nats.testing import LocalCluster
 
-async def test_quickstart_example(liftbridge_cluster: Any) -> None:
+
+async def test_quickstart_example(liftbridge_cluster: LocalCluster) -> None:
     out = await run_example("quickstart.py", liftbridge_cluster, "--count", "20000")
     assert "published   20000 messages of 100 bytes, ALL acks" in out
     assert "acked       20000 (offsets 0..19999, all distinct: True)" in out
@@ -16,7 +17,7 @@ async def test_quickstart_example(liftbridge_cluster: Any) -> None:
     assert out.rstrip().endswith("OK")
 
 
-async def test_publish_example(liftbridge_cluster: Any) -> None:
+async def test_publish_example(liftbridge_cluster: LocalCluster) -> None:
     lines = (await run_example("publish.py", liftbridge_cluster)).splitlines()
     assert lines[0].startswith("publish       offset=0 stream=orders-")
     assert lines[1:5] == [
@@ -34,7 +35,7 @@ async def test_publish_example(liftbridge_cluster: Any) -> None:
     ]
 
 
-async def test_occ_example(liftbridge_cluster: Any) -> None:
+async def test_occ_example(liftbridge_cluster: LocalCluster) -> None:
     lines = (await run_example("occ.py", liftbridge_cluster)).splitlines()
     assert lines[0] == "opening balance: stored at offset 0 (attempt 1)"
     assert lines[1] == "race for offset 1: 1 winner, 1 refused"

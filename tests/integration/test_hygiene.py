@@ -12,17 +12,21 @@ import gc
 import logging
 import random
 import warnings
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import TypeVar
 
 import pytest
+from nats.aio.client import Client as NATS
 
 from liftbridge_nats.client import Client
 from liftbridge_nats.errors import LiftbridgeError, PublisherClosedError
-from liftbridge_nats.messages import Ack, AckPolicy, StartPosition, StopPosition
+from liftbridge_nats.messages import Ack, AckPolicy, Message, StartPosition, StopPosition
 from liftbridge_nats.publisher import Publisher
+from liftbridge_nats.testing import LocalCluster
 
 pytestmark = pytest.mark.timeout(120)
+
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -43,7 +47,7 @@ def no_warnings(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     assert not problems, problems
 
 
-def _other_tasks() -> set[asyncio.Task[Any]]:
+def _other_tasks() -> set[asyncio.Task[object]]:
     current = asyncio.current_task()
     return {t for t in asyncio.all_tasks() if t is not current and not t.done()}
 
@@ -55,9 +59,11 @@ async def _settle() -> None:
     await asyncio.sleep(0.05)
 
 
-async def _cancel_after(rng: random.Random, coro: Any) -> tuple[str, Any]:
-    """Run ``coro`` as a task, cancel it after 0-7 loop iterations (or a short sleep)."""
-    task = asyncio.ensure_future(coro)
+async def _cancel_after(
+    rng: random.Random, awaitable: Awaitable[T]
+) -> tuple[str, T | LiftbridgeError | None]:
+    """Run ``awaitable`` as a task, cancel it after 0-7 loop iterations (or a short sleep)."""
+    task = asyncio.ensure_future(awaitable)
     steps = rng.randrange(9)
     if steps == 8:
         await asyncio.sleep(rng.choice((0.0005, 0.002, 0.01)))
@@ -74,7 +80,9 @@ async def _cancel_after(rng: random.Random, coro: Any) -> tuple[str, Any]:
 
 
 @pytest.fixture
-async def stream(liftbridge_cluster: Any, unique_name: Callable[[str], str]) -> AsyncIterator[str]:
+async def stream(
+    liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
+) -> AsyncIterator[str]:
     name = unique_name("hyg")
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name)
@@ -86,7 +94,7 @@ async def stream(liftbridge_cluster: Any, unique_name: Callable[[str], str]) -> 
 
 
 async def test_publisher_close_is_idempotent_and_concurrent(
-    nats_client: Any, stream: str, no_warnings: None
+    nats_client: NATS, stream: str, no_warnings: None
 ) -> None:
     before = _other_tasks()
     subs_before = len(nats_client._subs)
@@ -109,7 +117,9 @@ async def test_publisher_close_is_idempotent_and_concurrent(
     assert len(nats_client._subs) == subs_before, "the ack subscription was left behind"
 
 
-async def test_client_close_is_idempotent(liftbridge_cluster: Any, no_warnings: None) -> None:
+async def test_client_close_is_idempotent(
+    liftbridge_cluster: LocalCluster, no_warnings: None
+) -> None:
     before = _other_tasks()
     never_connected = Client(liftbridge_cluster.brokers)
     await never_connected.close()
@@ -124,7 +134,7 @@ async def test_client_close_is_idempotent(liftbridge_cluster: Any, no_warnings: 
 
 
 async def test_subscription_close_is_idempotent(
-    liftbridge_cluster: Any, stream: str, no_warnings: None
+    liftbridge_cluster: LocalCluster, stream: str, no_warnings: None
 ) -> None:
     async with Client(liftbridge_cluster.brokers) as client:
         sub = client.subscribe(stream)
@@ -140,7 +150,7 @@ async def test_subscription_close_is_idempotent(
 
 
 async def test_cancel_publish_at_random_points(
-    nats_client: Any, stream: str, no_warnings: None
+    nats_client: NATS, stream: str, no_warnings: None
 ) -> None:
     rng = random.Random(61)
     before = _other_tasks()
@@ -168,7 +178,7 @@ async def test_cancel_publish_at_random_points(
 
 
 async def test_cancel_publisher_start_and_close(
-    nats_client: Any, stream: str, no_warnings: None
+    nats_client: NATS, stream: str, no_warnings: None
 ) -> None:
     rng = random.Random(7)
     before = _other_tasks()
@@ -199,7 +209,7 @@ async def test_cancel_publisher_start_and_close(
 
 
 async def test_cancel_subscription_reads_at_random_points(
-    liftbridge_cluster: Any, nats_client: Any, stream: str, no_warnings: None
+    liftbridge_cluster: LocalCluster, nats_client: NATS, stream: str, no_warnings: None
 ) -> None:
     """Cancelling a read loses no message and delivers none twice."""
     total = 300
@@ -218,6 +228,7 @@ async def test_cancel_subscription_reads_at_random_points(
         while len(seen) < total:
             kind, message = await _cancel_after(rng, anext(iterator))
             if kind == "done":
+                assert isinstance(message, Message), message
                 seen.append(message.offset)
             else:
                 cancelled += 1
@@ -226,7 +237,7 @@ async def test_cancel_subscription_reads_at_random_points(
 
 
 async def test_cancel_client_calls_at_random_points(
-    liftbridge_cluster: Any, unique_name: Callable[[str], str], no_warnings: None
+    liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str], no_warnings: None
 ) -> None:
     rng = random.Random(11)
     before = _other_tasks()

@@ -8,15 +8,21 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import pytest
+from nats.aio.client import Client as NATS
 
 from liftbridge_nats.client import Client
 from liftbridge_nats.errors import AckTimeoutError, InvalidArgumentError, ReadonlyPartitionError
 from liftbridge_nats.publisher import Publisher
+from liftbridge_nats.testing import LocalCluster
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+
+# Values of the wrong type on purpose, since the SDK must refuse them at run time: Any is
+# how they get past its typed signatures.
+BadArgs: TypeAlias = dict[str, Any]
 
 
 @pytest.mark.parametrize(
@@ -28,7 +34,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
     ],
 )
 def test_publisher_without_a_nats_client_is_a_type_error(
-    args: tuple[Any, ...], kwargs: dict[str, Any], argument: str
+    args: tuple[Any, ...], kwargs: BadArgs, argument: str
 ) -> None:
     with pytest.raises(TypeError, match=rf"^{argument} must be a connected nats-py client"):
         Publisher(*args, **kwargs)
@@ -43,7 +49,7 @@ def test_publisher_without_a_nats_client_is_a_type_error(
     ],
 )
 def test_publisher_wrong_types_name_the_argument(
-    nats_client: Any, kwargs: dict[str, Any], argument: str
+    nats_client: NATS, kwargs: BadArgs, argument: str
 ) -> None:
     with pytest.raises(TypeError, match=rf"^{argument} must be"):
         Publisher(nats_client, **kwargs)
@@ -59,7 +65,7 @@ def test_publisher_wrong_types_name_the_argument(
         ({"max_partitions": "256"}, "max_partitions"),
     ],
 )
-def test_client_wrong_types_name_the_argument(kwargs: dict[str, Any], argument: str) -> None:
+def test_client_wrong_types_name_the_argument(kwargs: BadArgs, argument: str) -> None:
     with pytest.raises(TypeError, match=rf"^{argument} must be"):
         Client("127.0.0.1:9292", **kwargs)
 
@@ -72,7 +78,7 @@ def test_client_value_errors_name_the_argument() -> None:
 
 
 @pytest.fixture
-async def client(liftbridge_cluster: Any) -> AsyncIterator[Client]:
+async def client(liftbridge_cluster: LocalCluster) -> AsyncIterator[Client]:
     async with Client(liftbridge_cluster.brokers, timeout=10) as c:
         yield c
 
@@ -83,7 +89,7 @@ async def test_per_call_timeout_of_the_wrong_type_names_it(client: Client) -> No
 
 
 async def test_publish_to_a_readonly_stream_says_readonly(
-    client: Client, nats_client: Any, unique_name: Callable[[str], str]
+    client: Client, nats_client: NATS, unique_name: Callable[[str], str]
 ) -> None:
     name = unique_name("readonly")
     await client.create_stream(name, name)

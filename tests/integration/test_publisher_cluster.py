@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable
 
 import nats
 import pytest
 from _publisher_helpers import read_all
 
 from liftbridge_nats.client import Client
-from liftbridge_nats.messages import Ack, AckPolicy
+from liftbridge_nats.messages import Ack, AckPolicy, Message
 from liftbridge_nats.publisher import Publisher
+from liftbridge_nats.testing import LocalCluster
 
 pytestmark = pytest.mark.cluster
 
 
-async def test_policies_on_three_replicas(liftbridge_cluster3: Any, unique_name: Any) -> None:
+async def test_policies_on_three_replicas(
+    liftbridge_cluster3: LocalCluster, unique_name: Callable[[str], str]
+) -> None:
     name = unique_name("rf3")
     nc = await nats.connect(liftbridge_cluster3.nats_url)
     try:
@@ -49,7 +52,7 @@ async def test_policies_on_three_replicas(liftbridge_cluster3: Any, unique_name:
                 assert len(offsets) == 300 and len(set(offsets)) == 300
 
             # Read from the leader after the ISR caught up with everything (450 messages).
-            async def all_stored() -> list[Any]:
+            async def all_stored() -> list[Message]:
                 return await read_all(client, name)
 
             stored = await all_stored()

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 from _publisher_helpers import eventually, read_all
+from nats.aio.client import Client as NATS
 
 from liftbridge_nats.client import Client
 from liftbridge_nats.errors import InvalidArgumentError, NoRespondersError, NoSuchStreamError
@@ -18,10 +19,11 @@ from liftbridge_nats.partitioning import (
     partition_subject,
 )
 from liftbridge_nats.publisher import Publisher
+from liftbridge_nats.testing import LocalCluster
 
 
 async def test_key_partitioning_on_three_partitions(
-    liftbridge_cluster: Any, nats_client: Any, unique_name: Any
+    liftbridge_cluster: LocalCluster, nats_client: NATS, unique_name: Callable[[str], str]
 ) -> None:
     name = unique_name("keys")
     subject = unique_name("subj")
@@ -55,7 +57,7 @@ async def test_key_partitioning_on_three_partitions(
 
 
 async def test_round_robin_explicit_and_default_partitions(
-    liftbridge_cluster: Any, nats_client: Any, unique_name: Any
+    liftbridge_cluster: LocalCluster, nats_client: NATS, unique_name: Callable[[str], str]
 ) -> None:
     name = unique_name("rr")
     async with Client(liftbridge_cluster.brokers) as client:
@@ -85,7 +87,7 @@ async def test_round_robin_explicit_and_default_partitions(
 
 
 async def test_auto_paused_partition_is_resumed_and_nothing_is_lost(
-    liftbridge_cluster: Any, nats_client: Any, unique_name: Any
+    liftbridge_cluster: LocalCluster, nats_client: NATS, unique_name: Callable[[str], str]
 ) -> None:
     name = unique_name("pause")
     async with Client(liftbridge_cluster.brokers) as client:
@@ -113,7 +115,7 @@ async def test_auto_paused_partition_is_resumed_and_nothing_is_lost(
 
 
 async def test_concurrent_stream_publishes_keep_order_per_key(
-    liftbridge_cluster: Any, nats_client: Any, unique_name: Any
+    liftbridge_cluster: LocalCluster, nats_client: NATS, unique_name: Callable[[str], str]
 ) -> None:
     name = unique_name("conc")
     async with Client(liftbridge_cluster.brokers) as client:

@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 
 from liftbridge_nats.cli import main
+from liftbridge_nats.metadata import Metadata
+from liftbridge_nats.testing import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = Path(sys.executable).with_name("liftbridge-nats")
@@ -63,7 +65,7 @@ def script(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_quick_look_runs_with_the_environment_variables(
-    script: Path, liftbridge_cluster: Any
+    script: Path, liftbridge_cluster: LocalCluster
 ) -> None:
     env = _clean_env()
     env["LIFTBRIDGE_NATS_URL"] = liftbridge_cluster.nats_url
@@ -79,7 +81,7 @@ def test_quick_look_runs_with_the_environment_variables(
     _check_output(done.stdout)
 
 
-def _dev_state_file(tmp_path: Path, cluster: Any) -> Path:
+def _dev_state_file(tmp_path: Path, cluster: LocalCluster) -> Path:
     """A dev-cluster state file, as ``servers start`` writes it, for the session cluster
     (its supervisor pid is this test process, which is alive)."""
     path = tmp_path / "dev-cluster.json"
@@ -94,7 +96,7 @@ def _dev_state_file(tmp_path: Path, cluster: Any) -> Path:
 
 
 def test_servers_env_points_the_quick_look_at_the_dev_cluster(
-    script: Path, liftbridge_cluster: Any, tmp_path: Path
+    script: Path, liftbridge_cluster: LocalCluster, tmp_path: Path
 ) -> None:
     env = _clean_env()
     env["LIFTBRIDGE_NATS_STATE_FILE"] = str(_dev_state_file(tmp_path, liftbridge_cluster))
@@ -108,7 +110,7 @@ def test_servers_env_points_the_quick_look_at_the_dev_cluster(
 
 
 def test_servers_env_formats(
-    liftbridge_cluster: Any,
+    liftbridge_cluster: LocalCluster,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -151,7 +153,7 @@ async def test_the_tls_testing_example_runs(tmp_path: Path) -> None:
     assert block.endswith("...")
     # The example leaves the work to the reader ("..."): here, one metadata call.
     body = block[:-3] + "checked.append(await client.fetch_metadata())\n"
-    namespace: dict[str, Any] = {}
+    namespace: dict[str, Any] = {}  # what exec() defines: the README's code, untyped
     exec(
         compile(
             "async def run(tmp_path, checked):\n" + textwrap.indent(body, "    "),
@@ -160,6 +162,6 @@ async def test_the_tls_testing_example_runs(tmp_path: Path) -> None:
         ),
         namespace,
     )
-    checked: list[Any] = []
+    checked: list[Metadata] = []
     await namespace["run"](tmp_path, checked)
     assert len(checked) == 1 and len(checked[0].brokers) == 1

@@ -11,10 +11,11 @@ import asyncio
 import json
 import sys
 import textwrap
-from typing import Any
+from collections.abc import Callable
 
 import msgspec
 from _publisher_helpers import read_all
+from nats.aio.client import Client as NATS
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -31,6 +32,7 @@ from liftbridge_nats.serializers import (
     deserialize_message,
     serialize,
 )
+from liftbridge_nats.testing import LocalCluster
 from liftbridge_nats.tracing import inject_context
 
 # A second process reads the message and reports its CONSUMER span as JSON.
@@ -69,7 +71,7 @@ asyncio.run(main(json.loads(sys.argv[1]), sys.argv[2]))
 
 
 async def test_trace_context_travels_with_the_message_to_another_process(
-    liftbridge_cluster: Any, nats_client: Any, unique_name: Any
+    liftbridge_cluster: LocalCluster, nats_client: NATS, unique_name: Callable[[str], str]
 ) -> None:
     name = unique_name("trace")
     exporter = InMemorySpanExporter()
@@ -120,7 +122,7 @@ async def test_trace_context_travels_with_the_message_to_another_process(
 
 
 async def test_injected_context_does_not_replace_a_callers_traceparent(
-    liftbridge_cluster: Any, nats_client: Any, unique_name: Any
+    liftbridge_cluster: LocalCluster, nats_client: NATS, unique_name: Callable[[str], str]
 ) -> None:
     name = unique_name("tracekeep")
     provider = TracerProvider()
@@ -141,7 +143,7 @@ class Order(msgspec.Struct):
 
 
 async def test_a_bad_message_in_a_stream_is_named_and_the_rest_still_decode(
-    liftbridge_cluster: Any, nats_client: Any, unique_name: Any
+    liftbridge_cluster: LocalCluster, nats_client: NATS, unique_name: Callable[[str], str]
 ) -> None:
     name = unique_name("serde")
     to_bytes = MsgspecSerializer()

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
 
 import grpc
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 
 from liftbridge_nats import AckError, AckPolicy, wire
 from liftbridge_nats._proto import api_pb2, api_pb2_grpc
@@ -16,7 +17,7 @@ from liftbridge_nats.testing import LocalCluster
 
 
 async def test_plain_and_enveloped_messages_are_stored_and_acked(
-    liftbridge_cluster: LocalCluster, nats_client: Any, unique_name: Callable[[str], str]
+    liftbridge_cluster: LocalCluster, nats_client: NATS, unique_name: Callable[[str], str]
 ) -> None:
     name = unique_name("wire")
     async with grpc.aio.insecure_channel(liftbridge_cluster.brokers[0]) as channel:
@@ -26,7 +27,7 @@ async def test_plain_and_enveloped_messages_are_stored_and_acked(
         inbox = nats_client.new_inbox()
         acks: asyncio.Queue[bytes] = asyncio.Queue()
 
-        async def on_ack(msg: Any) -> None:
+        async def on_ack(msg: Msg) -> None:
             await acks.put(msg.data)
 
         sub = await nats_client.subscribe(inbox, cb=on_ack)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
+
+from liftbridge_nats.testing import LocalCluster
 
 pytestmark = pytest.mark.spark
 
@@ -14,7 +16,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "spark_pipeline.py"
 
 
 def test_spark_pipeline_example(
-    spark: Any, liftbridge_cluster: Any, capsys: pytest.CaptureFixture[str]
+    spark: SparkSession, liftbridge_cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The example's own main(), on the session's cluster and Spark session: a second
     # JVM would cost more than the rest of the Spark tests together. Run by hand

@@ -4,30 +4,38 @@ from __future__ import annotations
 
 import logging
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
+from pyspark.sql import DataFrame, SparkSession
 from spark_helpers import Record, create_stream, publish, read_all
 
 from liftbridge_nats.errors import InvalidArgumentError, PublishError
 from liftbridge_nats.spark import LiftbridgeCommitMessage, LiftbridgeDataSource
+from liftbridge_nats.testing import LocalCluster
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 pytestmark = pytest.mark.spark
 
 
-def _writer_options(cluster: Any, **extra: str) -> dict[str, str]:
+def _writer_options(cluster: LocalCluster, **extra: str) -> dict[str, str]:
     return {"nats_url": cluster.nats_url, "brokers": ",".join(cluster.brokers), **extra}
 
 
-def _save(df: Any, options: dict[str, str]) -> None:
+def _save(df: DataFrame, options: dict[str, str]) -> None:
     w = df.write.format("liftbridge").mode("append")
     for k, v in options.items():
         w = w.option(k, v)
     w.save()
 
 
-def test_batch_write_reads_back(spark: Any, liftbridge_cluster: Any, unique_name: Any) -> None:
+def test_batch_write_reads_back(
+    spark: SparkSession, liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
+) -> None:
     stream = unique_name("out")
     create_stream(liftbridge_cluster, stream, 3)
     rows = []
@@ -69,7 +77,9 @@ def test_batch_write_reads_back(spark: Any, liftbridge_cluster: Any, unique_name
     )
 
 
-def test_write_to_bare_subject(spark: Any, liftbridge_cluster: Any, unique_name: Any) -> None:
+def test_write_to_bare_subject(
+    spark: SparkSession, liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
+) -> None:
     stream = unique_name("subj")
     create_stream(liftbridge_cluster, stream, 1)
     df = spark.createDataFrame([(b"x",), (b"y",)], "value binary")
@@ -78,7 +88,10 @@ def test_write_to_bare_subject(spark: Any, liftbridge_cluster: Any, unique_name:
 
 
 def test_streaming_write_reads_back(
-    spark: Any, liftbridge_cluster: Any, unique_name: Any, tmp_path: Path
+    spark: SparkSession,
+    liftbridge_cluster: LocalCluster,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
 ) -> None:
     source = unique_name("src")
     sink = unique_name("dst")
@@ -119,14 +132,17 @@ def test_streaming_write_reads_back(
     assert sorted(m.value for m in got if m.key == b"k-late") == [b"late"]
 
 
-def _arrow_batch(values: list[bytes]) -> Any:
+def _arrow_batch(values: list[bytes]) -> pa.RecordBatch:
     import pyarrow as pa
 
     return pa.RecordBatch.from_pydict({"value": pa.array(values, type=pa.binary())})
 
 
 def test_writer_commit_messages_and_summary(
-    spark: Any, liftbridge_cluster: Any, unique_name: Any, caplog: pytest.LogCaptureFixture
+    spark: SparkSession,
+    liftbridge_cluster: LocalCluster,
+    unique_name: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     from pyspark.sql.types import BinaryType, StructField, StructType
 
@@ -148,7 +164,9 @@ def test_writer_commit_messages_and_summary(
     assert "p0: 2 in [0, 1], p1: 2 in [0, 1]" in caplog.text
 
 
-def test_writer_fails_when_acks_are_missing(liftbridge_cluster: Any, unique_name: Any) -> None:
+def test_writer_fails_when_acks_are_missing(
+    liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
+) -> None:
     from pyspark.sql.types import BinaryType, StructField, StructType
 
     # Nobody records this subject: no ack can come, so the task must fail.
@@ -174,9 +192,9 @@ def test_writer_fails_when_acks_are_missing(liftbridge_cluster: Any, unique_name
     ],
 )
 def test_write_errors(
-    spark: Any,
-    liftbridge_cluster: Any,
-    unique_name: Any,
+    spark: SparkSession,
+    liftbridge_cluster: LocalCluster,
+    unique_name: Callable[[str], str],
     columns: str,
     options: dict[str, str],
     match: str,
@@ -191,7 +209,9 @@ def test_write_errors(
         _save(df, opts)
 
 
-def test_write_needs_nats_url_and_append(spark: Any, liftbridge_cluster: Any) -> None:
+def test_write_needs_nats_url_and_append(
+    spark: SparkSession, liftbridge_cluster: LocalCluster
+) -> None:
     df = spark.createDataFrame([("v",)], "value string")
     with pytest.raises(Exception, match="'nats_url' is missing"):
         df.write.format("liftbridge").mode("append").option("subject", "s").save()

@@ -180,4 +180,6 @@ def test_garbage_after_valid_magic_raises_only_envelope_error(
 def test_encode_refuses_unknown_types() -> None:
     with pytest.raises(EnvelopeError, match="unknown envelope message type 99"):
         envelope.encode(99, b"x")  # type: ignore[arg-type]
+    # A plain int that names a known type is accepted too, though the signature asks for
+    # a MsgType.
     assert envelope.encode(1, b"x") == envelope.encode(MsgType.ACK, b"x")  # type: ignore[arg-type]

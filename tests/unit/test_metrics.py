@@ -11,11 +11,16 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeAlias
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import (
+    HistogramDataPoint,
+    InMemoryMetricReader,
+    NumberDataPoint,
+)
+from opentelemetry.util.types import AttributeValue
 
 from liftbridge_nats._metrics import ACK_LATENCY_BUCKETS, Metrics, PublishCounts
 
@@ -45,18 +50,25 @@ class Counts:
 
 
 @pytest.fixture
-def reader() -> Iterator[InMemoryMetricReader]:
-    reader = InMemoryMetricReader()
+def reader() -> InMemoryMetricReader:
+    return InMemoryMetricReader()
+
+
+@pytest.fixture
+def provider(reader: InMemoryMetricReader) -> Iterator[MeterProvider]:
     provider = MeterProvider(metric_readers=[reader])
-    reader.provider = provider  # type: ignore[attr-defined]
-    yield reader
+    yield provider
     provider.shutdown()
 
 
-def collect(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str, Any], Any]]]:
+# (attributes, the value of a counter or gauge, or a histogram's point)
+Point: TypeAlias = tuple[dict[str, AttributeValue], int | float | HistogramDataPoint]
+
+
+def collect(reader: InMemoryMetricReader) -> dict[str, list[Point]]:
     """name -> [(attributes, value or histogram point)]"""
     data = reader.get_metrics_data()
-    out: dict[str, list[tuple[dict[str, Any], Any]]] = {}
+    out: dict[str, list[Point]] = {}
     assert data is not None
     for resource in data.resource_metrics:
         for scope in resource.scope_metrics:
@@ -64,19 +76,25 @@ def collect(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str, Any]
             for metric in scope.metrics:
                 points = out.setdefault(metric.name, [])
                 for point in metric.data.data_points:
-                    value = getattr(point, "value", point)
-                    points.append((dict(point.attributes or {}), value))
+                    attributes = dict(point.attributes or {})
+                    if isinstance(point, NumberDataPoint):
+                        points.append((attributes, point.value))
+                    else:
+                        assert isinstance(point, HistogramDataPoint), point
+                        points.append((attributes, point))
     return out
 
 
-def only(points: list[tuple[dict[str, Any], Any]]) -> Any:
+def only(points: list[Point]) -> int | float | HistogramDataPoint:
     (point,) = points
     assert point[0]["messaging.system"] == "liftbridge"
     return point[1]
 
 
-def test_publisher_counters_are_read_from_the_sources(reader: InMemoryMetricReader) -> None:
-    metrics = Metrics(reader.provider)  # type: ignore[attr-defined]
+def test_publisher_counters_are_read_from_the_sources(
+    reader: InMemoryMetricReader, provider: MeterProvider
+) -> None:
+    metrics = Metrics(provider)
     a = Counts(published=10, acked=7, resent=2, no_responders=1, inflight=3, buffered_bytes=50)
     a.failed["liftbridge_nats.errors.AckTimeoutError"] = 1
     b = Counts(published=5, acked=5)
@@ -102,9 +120,9 @@ def test_publisher_counters_are_read_from_the_sources(reader: InMemoryMetricRead
 
 
 def test_a_retired_publisher_keeps_its_counts_and_drops_its_gauges(
-    reader: InMemoryMetricReader,
+    reader: InMemoryMetricReader, provider: MeterProvider
 ) -> None:
-    metrics = Metrics(reader.provider)  # type: ignore[attr-defined]
+    metrics = Metrics(provider)
     a = Counts(published=10, acked=9, inflight=4, buffered_bytes=8)
     a.failed["x.Error"] = 1
     metrics.register_publisher(a)
@@ -123,8 +141,10 @@ def test_a_retired_publisher_keeps_its_counts_and_drops_its_gauges(
     assert only(collect(reader)["messaging.client.sent.messages"]) == 11
 
 
-def test_read_counters_per_stream_partition_and_group(reader: InMemoryMetricReader) -> None:
-    metrics = Metrics(reader.provider)  # type: ignore[attr-defined]
+def test_read_counters_per_stream_partition_and_group(
+    reader: InMemoryMetricReader, provider: MeterProvider
+) -> None:
+    metrics = Metrics(provider)
     cell = metrics.read_cell("orders", 0)
     assert metrics.read_cell("orders", 0) is cell  # shared, survives resubscribes
     for size in (10, 20, 30):
@@ -149,8 +169,10 @@ def test_read_counters_per_stream_partition_and_group(reader: InMemoryMetricRead
     assert volume == {"0": 60, "1": 4}
 
 
-def test_ack_latency_histogram_and_its_sampling(reader: InMemoryMetricReader) -> None:
-    metrics = Metrics(reader.provider)  # type: ignore[attr-defined]
+def test_ack_latency_histogram_and_its_sampling(
+    reader: InMemoryMetricReader, provider: MeterProvider
+) -> None:
+    metrics = Metrics(provider)
     latency = metrics.ack_latency(min_interval=0.001)
     assert latency is not None
     # 1000 acks within 0.1 s: at most one per millisecond is recorded.
@@ -158,6 +180,7 @@ def test_ack_latency_histogram_and_its_sampling(reader: InMemoryMetricReader) ->
         now = 10.0 + i * 0.0001
         latency.observe(now, now - 0.002)
     (attrs, point) = collect(reader)["messaging.client.operation.duration"][0]
+    assert isinstance(point, HistogramDataPoint)
     assert attrs == {
         "messaging.system": "liftbridge",
         "messaging.operation.type": "send",
@@ -173,6 +196,7 @@ def test_ack_latency_histogram_and_its_sampling(reader: InMemoryMetricReader) ->
     for i in range(10):
         every.observe(20.0 + i, 20.0 + i - 0.5)
     (_, point) = collect(reader)["messaging.client.operation.duration"][0]
+    assert isinstance(point, HistogramDataPoint)
     assert point.count == sampled + 10  # cumulative
     assert point.max == pytest.approx(0.5)
 

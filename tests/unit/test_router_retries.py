@@ -3,8 +3,8 @@ fails as told; the channels it is handed are never used)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import grpc
 import grpc.aio
@@ -20,6 +20,9 @@ from liftbridge_nats.errors import (
     RpcTimeoutError,
 )
 
+if TYPE_CHECKING:
+    from liftbridge_nats._router import Stub
+
 
 @pytest.fixture
 async def router() -> AsyncIterator[Router]:
@@ -28,12 +31,14 @@ async def router() -> AsyncIterator[Router]:
     await r.close()
 
 
-def failing(*errors: BaseException) -> tuple[list[str], Any]:
+def failing(
+    *errors: BaseException,
+) -> tuple[list[str], Callable[[Stub, float], Awaitable[str]]]:
     """A call that raises ``errors`` one by one, then returns "ok"."""
     seen: list[str] = []
     queue = list(errors)
 
-    async def call(stub: Any, left: float) -> str:
+    async def call(stub: Stub, left: float) -> str:
         assert left > 0
         seen.append("attempt")
         if queue:
@@ -93,7 +98,7 @@ async def test_retriable_errors_are_retried_until_the_deadline(router: Router) -
 async def test_a_call_cut_short_by_close_says_so() -> None:
     r = Router(("127.0.0.1:1",), tls=None, timeout=2.0, metadata_max_age=30)
 
-    async def call(stub: Any, left: float) -> str:
+    async def call(stub: Stub, left: float) -> str:
         await r.close()
         raise grpc.aio.AioRpcError(
             grpc.StatusCode.CANCELLED, grpc.aio.Metadata(), grpc.aio.Metadata(), "closed"

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
-from typing import Any
+from typing import TypeAlias
 
 import pytest
 from opentelemetry import trace
@@ -28,9 +28,11 @@ from liftbridge_nats.tracing import extract_context, inject_context
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
+Traced: TypeAlias = tuple[TracerProvider, InMemorySpanExporter]
+
 
 @pytest.fixture
-def traced() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
+def traced() -> Iterator[Traced]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -51,7 +53,7 @@ def run(code: str) -> None:
 # ------------------------------------------------------------------ producer spans
 
 
-def test_producer_span_follows_the_messaging_conventions(traced: Any) -> None:
+def test_producer_span_follows_the_messaging_conventions(traced: Traced) -> None:
     provider, exporter = traced
     tracer = publish_tracer(provider)
     assert isinstance(tracer, PublishTracer) and tracer.active
@@ -78,7 +80,7 @@ def test_producer_span_follows_the_messaging_conventions(traced: Any) -> None:
     )
 
 
-def test_plain_publish_names_the_subject_and_learns_the_stream_from_the_ack(traced: Any) -> None:
+def test_plain_publish_names_the_subject_and_learns_the_stream_from_the_ack(traced: Traced) -> None:
     provider, exporter = traced
     tracer = publish_tracer(provider)
     assert tracer is not None
@@ -94,7 +96,7 @@ def test_plain_publish_names_the_subject_and_learns_the_stream_from_the_ack(trac
     assert attrs["messaging.liftbridge.offset"] == 7
 
 
-def test_producer_span_is_a_child_of_the_current_span(traced: Any) -> None:
+def test_producer_span_is_a_child_of_the_current_span(traced: Traced) -> None:
     provider, exporter = traced
     tracer = publish_tracer(provider)
     assert tracer is not None
@@ -109,7 +111,7 @@ def test_producer_span_is_a_child_of_the_current_span(traced: Any) -> None:
     assert headers["app"] == b"1"
 
 
-def test_errors_are_recorded(traced: Any) -> None:
+def test_errors_are_recorded(traced: Traced) -> None:
     provider, exporter = traced
     tracer = publish_tracer(provider)
     assert tracer is not None
@@ -122,18 +124,23 @@ def test_errors_are_recorded(traced: Any) -> None:
     assert "messaging.liftbridge.offset" not in dict(done.attributes or {})
     (event,) = done.events
     assert event.name == "exception"
-    assert dict(event.attributes or {})["exception.type"].endswith("AckTimeoutError")
+    exception_type = dict(event.attributes or {})["exception.type"]
+    assert isinstance(exception_type, str) and exception_type.endswith("AckTimeoutError")
 
 
-async def test_finisher_ends_the_span_when_the_ack_future_settles(traced: Any) -> None:
+async def test_finisher_ends_the_span_when_the_ack_future_settles(traced: Traced) -> None:
     provider, exporter = traced
     tracer = publish_tracer(provider)
     assert tracer is not None
     loop = asyncio.get_running_loop()
-    outcomes: list[Any] = [ack(offset=3), MessageTooLargeError("too big"), None]
+    outcomes: list[Ack | BaseException | None] = [
+        ack(offset=3),
+        MessageTooLargeError("too big"),
+        None,
+    ]
     for i, outcome in enumerate(outcomes):
         span, _ = tracer.start("orders", f"c-{i}", None)
-        future: asyncio.Future[Any] = loop.create_future()
+        future: asyncio.Future[Ack | None] = loop.create_future()
         future.add_done_callback(tracer.finisher(span))
         if isinstance(outcome, Ack):
             future.set_result(outcome)
@@ -143,7 +150,9 @@ async def test_finisher_ends_the_span_when_the_ack_future_settles(traced: Any) -
         else:
             future.cancel()
     await asyncio.sleep(0)  # done-callbacks run on the next loop iteration
-    spans = {s.attributes["messaging.message.id"]: s for s in exporter.get_finished_spans()}
+    spans = {
+        dict(s.attributes or {})["messaging.message.id"]: s for s in exporter.get_finished_spans()
+    }
     assert set(spans) == {"c-0", "c-1", "c-2"}
     assert dict(spans["c-0"].attributes or {})["messaging.liftbridge.offset"] == 3
     assert spans["c-0"].status.status_code is StatusCode.UNSET
@@ -170,7 +179,7 @@ def test_error_type_is_the_qualified_class_name() -> None:
 # ------------------------------------------------------------------ propagation
 
 
-def test_injection_never_overwrites_a_header_of_the_same_name(traced: Any) -> None:
+def test_injection_never_overwrites_a_header_of_the_same_name(traced: Traced) -> None:
     provider, _ = traced
     tracer = publish_tracer(provider)
     assert tracer is not None
@@ -239,7 +248,7 @@ def test_extract_and_message_trace_context() -> None:
 # ------------------------------------------------------------------ consumer spans
 
 
-def test_consumer_span_links_to_the_producer(traced: Any) -> None:
+def test_consumer_span_links_to_the_producer(traced: Traced) -> None:
     provider, exporter = traced
     tracer = publish_tracer(provider)
     assert tracer is not None
@@ -269,7 +278,7 @@ def test_consumer_span_links_to_the_producer(traced: Any) -> None:
     }
 
 
-def test_consumer_span_as_child_of_the_producer(traced: Any) -> None:
+def test_consumer_span_as_child_of_the_producer(traced: Traced) -> None:
     provider, exporter = traced
     msg = Message("orders", 0, 1, b"v", headers={"traceparent": TRACEPARENT.encode()})
     with consumer_span(msg, tracer_provider=provider, child_of_producer=True):
@@ -280,7 +289,7 @@ def test_consumer_span_as_child_of_the_producer(traced: Any) -> None:
     assert consumer.context.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
 
 
-def test_consumer_span_records_an_exception_and_lets_it_through(traced: Any) -> None:
+def test_consumer_span_records_an_exception_and_lets_it_through(traced: Traced) -> None:
     provider, exporter = traced
     msg = Message("orders", 0, 1, b"v")
     with pytest.raises(KeyError), consumer_span(msg, tracer_provider=provider):
