@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from _publisher_helpers import read_all, user_headers
+from _publisher_helpers import acked, read_all, user_headers
 
 from liftbridge_nats.client import Client
 from liftbridge_nats.envelope import MsgType, encode
@@ -94,7 +94,7 @@ async def test_100k_pipelined_every_ack_matched_and_read_back(
                     )
                 assert pub.pending <= 8192
                 futures.append(fut)
-            acks = await asyncio.gather(*futures)
+            acks = acked(await asyncio.gather(*futures))
             assert pub.stats.acked == n and pub.stats.acks_unmatched == 0
         assert [a.offset for a in acks] == list(range(n))
         assert len({a.correlation_id for a in acks}) == n
@@ -249,7 +249,7 @@ async def test_backpressure_bounds_inflight(
         for i in range(500):
             futures.append(await pub.publish_nowait(name, b"%d" % i))
             assert pub.pending <= 8
-        acks = await asyncio.gather(*futures)
+        acks = acked(await asyncio.gather(*futures))
     assert [a.offset for a in acks] == list(range(500))
 
 
@@ -296,7 +296,8 @@ async def test_argument_checks_send_nothing(nats_client: Any) -> None:
         with pytest.raises(InvalidArgumentError):
             await pub.publish("s", b"x", correlation_id="")
         assert pub.stats.published == 0 and pub.pending == 0
-    for kwargs in [{"ack_timeout": 0}, {"max_inflight": 0}]:
+    bad: list[dict[str, Any]] = [{"ack_timeout": 0}, {"max_inflight": 0}]
+    for kwargs in bad:
         with pytest.raises(InvalidArgumentError):
             Publisher(nats_client, **kwargs)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import nats
 import pytest
-from _publisher_helpers import read_all, user_headers
+from _publisher_helpers import acked, read_all, user_headers
 
 from liftbridge_nats.client import Client
 from liftbridge_nats.messages import AckPolicy
@@ -33,10 +33,12 @@ async def test_a_20k_burst_is_served_entirely_by_the_fast_path(
             async with Publisher(nc, ack_timeout=60, fast_path=True) as pub:
                 assert pub.fast_path, pub.fast_path.reason
                 extra: dict[str, Any] = {"key": b"k", "headers": {"h": b"v"}} if keyed else {}
-                acks = await asyncio.gather(
-                    *(
-                        pub.publish(name, b"v%d" % i, ack_policy=AckPolicy.ALL, **extra)
-                        for i in range(n)
+                acks = acked(
+                    await asyncio.gather(
+                        *(
+                            pub.publish(name, b"v%d" % i, ack_policy=AckPolicy.ALL, **extra)
+                            for i in range(n)
+                        )
                     )
                 )
                 stats = pub.stats
