@@ -37,6 +37,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", help="comma-separated value sizes in bytes (default 100,1024)")
     p.add_argument("--subscribe-count", type=int, help="messages read by each subscribe case")
     p.add_argument("--memory-count", type=int, help="publishes in the memory case (0 skips it)")
+    p.add_argument("--fanout-count", type=int, help="messages per partition in the fan-out cases")
+    p.add_argument(
+        "--fanout-partitions", help="comma-separated partition counts of the fan-out cases"
+    )
     p.add_argument("--latency-seconds", type=float, help="measured seconds per offered load")
     p.add_argument(
         "--latency-rounds", type=int, help="alternating ours/bare rounds per offered load"
@@ -50,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--uvloop", action="store_true", help="run every Python client on uvloop")
     p.add_argument("--no-go", action="store_true", help="skip the go-liftbridge peer")
     p.add_argument("--no-gufo", action="store_true", help="skip the gufo-liftbridge peer")
+    p.add_argument("--no-spark", action="store_true", help="skip the Spark section")
     p.add_argument(
         "--only",
         action="append",
@@ -86,6 +91,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
         changes["subscribe_count"] = args.subscribe_count
     if args.memory_count is not None:
         changes["memory_count"] = args.memory_count
+    if args.fanout_count is not None:
+        changes["fanout_count"] = args.fanout_count
+    if args.fanout_partitions:
+        changes["fanout_partitions"] = tuple(int(x) for x in args.fanout_partitions.split(","))
     if args.latency_seconds is not None:
         changes["latency_seconds"] = args.latency_seconds
     if args.latency_rounds is not None:
@@ -101,6 +110,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         changes["go"] = False
     if args.no_gufo:
         changes["gufo"] = False
+    if args.no_spark:
+        changes["spark"] = False
     if args.only:
         changes["case_filter"] = tuple(args.only)
     return s.with_(**changes)

@@ -35,12 +35,17 @@ class Streams:
         request = api_pb2.CreateStreamRequest(
             subject=name, name=name, partitions=partitions, replicationFactor=replication
         )
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 60 + partitions
+        attempts = 0
         while True:
+            attempts += 1
             try:
-                await self._stub.CreateStream(request, timeout=10)
+                # Hundreds of partitions take a 3-node cluster a while to create.
+                await self._stub.CreateStream(request, timeout=10 + partitions / 10)
                 break
             except grpc.aio.AioRpcError as exc:
+                if attempts > 1 and exc.code() == grpc.StatusCode.ALREADY_EXISTS:
+                    break  # an earlier attempt timed out but created it (names are unique)
                 # Right after start-up there may be no metadata leader yet.
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"cannot create stream {name}: {exc.details()}") from exc

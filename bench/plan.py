@@ -29,9 +29,14 @@ BARE_UVLOOP = "bare+uvloop"
 GUFO_SUB = "gufo subscribe"
 GO_SUB = "go Subscribe"
 GRPC_SUB = "raw grpc.aio"
+GRPC_SYNC_SUB = "raw grpc sync thread"
+FANOUT_TASKS = "ours, a task per partition"
+FANOUT_CONSUMER = "ours, one consumer"
+GO_FANOUT = "go, a goroutine per partition"
+FANOUT_CLIENTS = (FANOUT_TASKS, FANOUT_CONSUMER)
 
 GUFO_CLIENTS = (GUFO_UNARY, GUFO_BULK, GUFO_SUB)
-GO_CLIENTS = (GO_ASYNC, GO_SYNC, GO_SUB)
+GO_CLIENTS = (GO_ASYNC, GO_SYNC, GO_SUB, GO_FANOUT)
 SEQUENTIAL_CLIENTS = (GUFO_UNARY, GO_SYNC)
 
 
@@ -42,7 +47,7 @@ SINGLE = Topology(1, 1)
 class Case:
     """One measurement: a client doing one thing under one configuration."""
 
-    section: str  # publish | latency | subscribe | memory
+    section: str  # publish | latency | subscribe | fanout | memory | spark
     client: str
     size: int
     count: int
@@ -62,6 +67,8 @@ class Case:
                 parts.append("key+headers")
         if self.section == "latency":
             parts += [self.ack, f"{self.rate}mps"]
+        if self.section == "fanout":
+            parts.append(f"p{self.topology.partitions}")
         return "/".join(parts)
 
     @property
@@ -69,8 +76,10 @@ class Case:
         """The configuration the case belongs to (shared by the clients it compares)."""
         if self.section == "latency":
             return f"{self.ack} {self.rate} msg/s {self.size} B"
-        if self.section == "subscribe":
+        if self.section in ("subscribe", "spark"):
             return f"{self.size} B"
+        if self.section == "fanout":
+            return f"{self.topology.partitions} partitions"
         return f"{self.ack} {self.topology.label} {self.size} B" + (" kh" if self.keyed else "")
 
 
@@ -130,18 +139,42 @@ def build(settings: Settings) -> list[Case]:
             for client in (OURS, BARE):
                 cases.append(Case("latency", client, size, count, rate=rate))
     for size in settings.sizes:
-        clients = [OURS, GRPC_SUB]
+        clients = [OURS, GRPC_SUB, GRPC_SYNC_SUB]
         if settings.gufo:
             clients.append(GUFO_SUB)
         if settings.go:
             clients.append(GO_SUB)
         for client in clients:
             cases.append(Case("subscribe", client, size, settings.subscribe_count))
+    for partitions in settings.fanout_partitions:
+        for client in (*FANOUT_CLIENTS, *((GO_FANOUT,) if settings.go else ())):
+            cases.append(
+                Case(
+                    "fanout",
+                    client,
+                    settings.sizes[0],
+                    settings.fanout_count,
+                    topology=Topology(partitions, 1),
+                )
+            )
     if settings.memory_count:
         size = settings.sizes[0]
         cases.append(Case("memory", OURS, size, settings.memory_count))
         if settings.go:
             cases.append(Case("memory", GO_ASYNC, size, settings.memory_count))
+    if settings.spark:
+        from bench import spark
+
+        size = settings.sizes[0]
+        counts = {
+            spark.READ: settings.subscribe_count,
+            spark.READ_PEER: settings.subscribe_count,
+            spark.SINK: settings.spark_sink_count,
+            spark.SINK_PEER: settings.spark_sink_count,
+        }
+        for client in spark.CLIENTS:
+            count = counts.get(client, settings.spark_scale_count)
+            cases.append(Case("spark", client, size, count))
     if settings.case_filter:
         cases = [c for c in cases if any(f in c.id for f in settings.case_filter)]
     return cases

@@ -9,11 +9,11 @@ import inspect
 import json
 import statistics
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from bench import plan
+from bench import plan, spark
 
 Record = dict[str, Any]
 
@@ -211,6 +211,66 @@ def targets(record: Record) -> list[dict[str, Any]]:
                 5.0,
             )
         )
+    for size in sorted({c["size"] for c in sub}):
+        rows.append(
+            _target(
+                f"subscribe ≥ 0.8x go-liftbridge, {_size(size)}",
+                _ratio(_rate(sub, plan.OURS, size=size), _rate(sub, plan.GO_SUB, size=size)),
+                0.8,
+            )
+        )
+    sp = [c for c in cases if c["section"] == "spark"]
+    if sp:
+        rows.append(
+            _target(
+                "Spark batch read rows/s per task ≥ 0.8x the SDK's subscribe, same partition",
+                _ratio(_rate(sp, spark.READ), _rate(sp, spark.READ_PEER)),
+                0.8,
+            )
+        )
+        rows.append(
+            _target(
+                "Spark sink (local[2]) ≥ 0.9x a single Publisher",
+                _ratio(_rate(sp, spark.SINK), _rate(sp, spark.SINK_PEER)),
+                0.9,
+            )
+        )
+    return rows
+    rows += _fanout_targets(cases)
+    return rows
+
+
+def _fanout(cases: list[Record]) -> tuple[list[Record], list[int]]:
+    fan = [c for c in cases if c["section"] == "fanout"]
+    return fan, sorted({c["partitions"] for c in fan})
+
+
+def _fanout_targets(cases: list[Record]) -> list[dict[str, Any]]:
+    fan, counts = _fanout(cases)
+    if len(counts) < 2:
+        return []
+    low, high = counts[0], counts[-1]
+    rows = []
+    for client in plan.FANOUT_CLIENTS:
+        one, many = _find(fan, client, partitions=low), _find(fan, client, partitions=high)
+        rate_ratio = threads_ratio = None
+        threads = ""
+        if one is not None and many is not None and _ok(one) and _ok(many):
+            r1, rn = one["result"], many["result"]
+            rate_ratio = _ratio(rn["rate"], r1["rate"])
+            threads_ratio = _ratio(rn.get("threads"), r1.get("threads"))
+            threads = f" ({rn.get('threads')} vs {r1.get('threads')})"
+        rows.append(
+            _target(f"{client}: msg/s over {high} partitions ≥ 0.8x over {low}", rate_ratio, 0.8)
+        )
+        rows.append(
+            _target(
+                f"{client}: process threads at {high} partitions ≤ 1.25x at {low}{threads}",
+                threads_ratio,
+                1.25,
+                lower_is_better=True,
+            )
+        )
     return rows
 
 
@@ -325,6 +385,13 @@ def _machine_section(meta: Record) -> list[str]:
         f"{s['go_window'] or 'unbounded'} (our Publisher's default max_inflight)"
         + ("; every Python client on uvloop" if s.get("uvloop") else "")
     )
+    if s.get("spark"):
+        lines.append(
+            f"- Spark section: read of the subscribe stream's {s['subscribe_count']:,} "
+            f"messages, sink of {s['spark_sink_count']:,} rows, scaling runs of "
+            f"{s['spark_scale_count']:,} rows; {s['spark_rounds']} alternating round(s), the "
+            "median round reported"
+        )
     if meta.get("note"):
         lines.append(f"- Note: {meta['note']}")
     for peer, why in meta.get("peers_missing", {}).items():
@@ -483,15 +550,18 @@ def _subscribe_table(cases: list[Record]) -> list[str]:
         return []
     clients = [
         c
-        for c in (plan.OURS, plan.GRPC_SUB, plan.GO_SUB, plan.GUFO_SUB)
+        for c in (plan.OURS, plan.GRPC_SUB, plan.GRPC_SYNC_SUB, plan.GO_SUB, plan.GUFO_SUB)
         if any(x["client"] == c for x in sub)
     ]
     out = [
         "",
         f"### Subscribe throughput (msg/s, reading the same {sub[0]['count']:,}-message partition from offset 0)",
         "",
+        "**ours** = `Client.subscribe` and `async for` (HTTP/2 read by the event loop); "
         "**raw grpc.aio** = the generated stub's `Subscribe` alone (no SDK): the ceiling "
-        "for a Python reader on grpc.aio, as the bare pipeline is for publishing.",
+        "for a Python reader on grpc.aio; **raw grpc sync thread** = the generated "
+        "synchronous stub iterated by a thread that only counts, on a single-threaded "
+        "channel: the ceiling of a thread per subscription.",
         "",
         "| size | " + " | ".join(clients) + " | ours / raw grpc.aio | ours / gufo | ours / go |",
         "|---|" + "---:|" * (len(clients) + 3),
@@ -511,7 +581,100 @@ def _subscribe_table(cases: list[Record]) -> list[str]:
             + f" | {_x(_ratio(ours, _rate(sub, plan.GUFO_SUB, size=size)))}"
             + f" | {_x(_ratio(ours, _rate(sub, plan.GO_SUB, size=size)))} |"
         )
+    out += [
+        "",
+        "Client CPU per message (µs of process CPU time, all threads):",
+        "",
+        "| size | " + " | ".join(clients) + " |",
+        "|---|" + "---:|" * len(clients),
+    ]
+    for size in sorted({c["size"] for c in sub}):
+        cells = []
+        for client in clients:
+            case = _find(sub, client, size=size)
+            result = case["result"] if case is not None and _ok(case) else None
+            cells.append(f"{result['cpu_us_per_msg']:.1f}" if result else "-")
+        out.append(f"| {_size(size)} | " + " | ".join(cells) + " |")
     return out
+
+
+def _fanout_table(cases: list[Record]) -> list[str]:
+    fan, counts = _fanout(cases)
+    if not fan:
+        return []
+    per = fan[0]["count"]
+    out = [
+        "",
+        f"### Many partitions: {per:,} messages from each partition, {_size(fan[0]['size'])} "
+        "(chart: `results-fanout.png`)",
+        "",
+        "**a task per partition** = one `Client.subscribe` and `async for` per partition, "
+        "all in one event loop; **one consumer** = one consumer-group member (`async for` "
+        "over the consumer) holding every partition; **go** = go-liftbridge with one "
+        "`Subscribe` per partition, on the same servers (how far the servers' own rate "
+        "moves with the partition count). Threads are the process's, as the "
+        "kernel counts them (gRPC's own included), at their peak during the run; peak RSS "
+        "is VmHWM. The rate is against the same client on the fewest partitions.",
+        "",
+        "| partitions | client | msg/s | vs fewest | threads | peak RSS (MiB) | CPU µs/msg |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for count in counts:
+        for client in (*plan.FANOUT_CLIENTS, plan.GO_FANOUT):
+            case = _find(fan, client, partitions=count)
+            if case is None:
+                continue
+            if not _ok(case):
+                out.append(f"| {count} | {client} | failed | | | | |")
+                continue
+            r = case["result"]
+            base = _find(fan, client, partitions=counts[0])
+            ratio = _ratio(r["rate"], base["result"]["rate"]) if base and _ok(base) else None
+            out.append(
+                f"| {count} | {client} | {r['rate']:,.0f} | {_x(ratio)} | {r.get('threads', '-')} "
+                f"| {r['max_rss_kib'] / 1024:.1f} | {r['cpu_us_per_msg']:.2f} |"
+            )
+    return out
+
+
+def fanout_chart(record: Record, path: Path) -> None:
+    """Four panels against the partition count: msg/s, threads, peak RSS, CPU per message."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fan, counts = _fanout(record["cases"])
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4.5))
+    panels: list[tuple[str, Callable[[Record], float]]] = [
+        ("k msg/s (all partitions)", lambda r: r["rate"] / 1000),
+        ("process threads (peak)", lambda r: r.get("threads", 0)),
+        ("peak RSS (MiB)", lambda r: r["max_rss_kib"] / 1024),
+        ("CPU µs per message", lambda r: r["cpu_us_per_msg"]),
+    ]
+    for ax, (title, value) in zip(axes, panels, strict=True):
+        for client in (*plan.FANOUT_CLIENTS, plan.GO_FANOUT):
+            points = [
+                (n, value(c["result"]))
+                for n in counts
+                if (c := _find(fan, client, partitions=n)) is not None and _ok(c)
+            ]
+            if points:
+                ax.plot(*zip(*points, strict=True), marker="o", label=client)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(counts)
+        ax.set_xticklabels([str(n) for n in counts])
+        ax.set_xlabel("partitions read")
+        ax.set_ylim(bottom=0)
+        ax.set_title(title)
+        _legend(ax)
+    m = record["meta"]["machine"]
+    fig.suptitle(
+        f"Reading many partitions ({record['meta']['mode']}), {m['cpu']}, {m['cores']} cores"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 def _memory_table(cases: list[Record]) -> list[str]:
@@ -536,6 +699,60 @@ def _memory_table(cases: list[Record]) -> list[str]:
             f"{r['max_rss_kib'] / 1024:.1f} | {delta} |"
         )
     return out
+
+
+def _spark_table(cases: list[Record]) -> list[str]:
+    sp = [c for c in cases if c["section"] == "spark"]
+    if not sp:
+        return []
+
+    def row(client: str, what: str) -> str:
+        case = _find(sp, client)
+        if case is None:
+            return f"| {client} | {what} | | | |"
+        if not _ok(case):
+            return f"| {client} | {what} | failed | | |"
+        r = case["result"]
+        rounds = "/".join(f"{x / 1000:.0f}k" for x in r.get("rates_per_round", []))
+        return (
+            f"| {client} | {what} | {_num(r['rate'])} | {_num(r['cpu_us_per_msg'], 1)} | {rounds} |"
+        )
+
+    def ratio(a: str, b: str) -> str:
+        return _x(_ratio(_rate(sp, a), _rate(sp, b)))
+
+    count = {c["client"]: c["count"] for c in sp}
+    return [
+        "",
+        f"### Spark ({_size(sp[0]['size'])} values)",
+        "",
+        "Read: one task reads the whole partition into Spark's `noop` sink; its rate is "
+        "rows over the task's run time as Spark reports it (no job scheduling). Sink: "
+        '`df.write.format("liftbridge")` from a `local[2]` session, two tasks, ALL acks, '
+        "two partitions, against one Python Publisher with `publish_nowait`. Scaling: a "
+        "standalone cluster (master and workers as processes, one core per worker) with "
+        "one worker and with two, in alternating rounds, reading a 4-partition stream "
+        "and writing it to another. CPU "
+        "is that of every process involved (driver, JVM, Python workers; the cluster's "
+        "daemons and executors), per row.",
+        "",
+        "| case | what | rows/s | CPU µs/row | rounds |",
+        "|---|---|---:|---:|---|",
+        row(spark.READ, f"{count.get(spark.READ, 0):,} rows, one task"),
+        row(spark.READ_PEER, "`Client.subscribe`, the same partition"),
+        row(spark.SINK, f"{count.get(spark.SINK, 0):,} rows"),
+        row(spark.SINK_PEER, "`publish_nowait`, the same rows"),
+        row(spark.SCALE_READ_1, f"{count.get(spark.SCALE_READ_1, 0):,} rows, 4 partitions"),
+        row(spark.SCALE_READ_2, "the same, two workers"),
+        row(spark.SCALE_SINK_1, f"{count.get(spark.SCALE_SINK_1, 0):,} rows, 4 tasks"),
+        row(spark.SCALE_SINK_2, "the same, two workers"),
+        "",
+        f"Ratios: read per task / subscribe {ratio(spark.READ, spark.READ_PEER)} (goal 0.8x); "
+        f"sink / one Publisher {ratio(spark.SINK, spark.SINK_PEER)} (goal 0.9x); two workers "
+        f"/ one: read {ratio(spark.SCALE_READ_2, spark.SCALE_READ_1)}, sink "
+        f"{ratio(spark.SCALE_SINK_2, spark.SCALE_SINK_1)} (on 2 cores shared with the "
+        "servers and the driver).",
+    ]
 
 
 def _failures(cases: list[Record]) -> list[str]:
@@ -622,7 +839,9 @@ def markdown(record: Record, chart_name: str = "results.png") -> str:
     lines += _cpu_table(cases)
     lines += _latency_table(cases)
     lines += _subscribe_table(cases)
+    lines += _fanout_table(cases)
     lines += _memory_table(cases)
+    lines += _spark_table(cases)
     lines += _failures(cases)
     lines.append("")
     return "\n".join(lines)
@@ -719,6 +938,7 @@ def write(record: Record, out_dir: Path) -> None:
     (out_dir / "results.json").write_text(json.dumps(record, indent=1) + "\n")
     (out_dir / "RESULTS.md").write_text(markdown(record))
     chart(record, out_dir / "results.png")
+    fanout_chart(record, out_dir / "results-fanout.png")
 
 
 def main(argv: list[str]) -> int:
@@ -727,6 +947,7 @@ def main(argv: list[str]) -> int:
     record = json.loads(source.read_text())
     (source.parent / "RESULTS.md").write_text(markdown(record))
     chart(record, source.parent / "results.png")
+    fanout_chart(record, source.parent / "results-fanout.png")
     print(source.parent / "RESULTS.md")
     return 0
 

@@ -40,12 +40,16 @@ _PY_ACTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("subscribe", plan.OURS): ("ours", "subscribe"),
     ("subscribe", plan.GUFO_SUB): ("gufo", "subscribe"),
     ("subscribe", plan.GRPC_SUB): ("bare", "subscribe"),
+    ("subscribe", plan.GRPC_SYNC_SUB): ("bare", "subscribe_sync"),
+    ("fanout", plan.FANOUT_TASKS): ("ours", "fanout"),
+    ("fanout", plan.FANOUT_CONSUMER): ("ours", "fanout"),
     ("memory", plan.OURS): ("ours", "memory"),
 }
 _GO_MODES = {
     plan.GO_ASYNC: "async",
     plan.GO_SYNC: "sync",
     plan.GO_SUB: "subscribe",
+    plan.GO_FANOUT: "fanout",
 }
 
 
@@ -83,8 +87,10 @@ def _fmt_result(case: Case, result: dict[str, Any]) -> str:
     text = (
         f"{result.get('rate', 0):>11,.0f} msg/s  cpu {result.get('cpu_us_per_msg', 0):6.1f} us/msg"
     )
-    if case.section == "memory":
+    if case.section in ("memory", "fanout"):
         text += f"  peak rss {result.get('max_rss_kib', 0) / 1024:.1f} MiB"
+    if "threads" in result:
+        text += f"  threads {result['threads']}"
         if "rss_delta_kib" in result:
             text += f" (+{result['rss_delta_kib'] / 1024:.1f} MiB during the run)"
     if result.get("errors"):
@@ -108,6 +114,7 @@ class Runner:
         self.go_missing = ""
         self.window = publisher_window()
         self._filled: dict[int, str | Exception] = {}
+        self._fanout_filled: dict[int, str | Exception] = {}
         self._tag = secrets.token_hex(3)
         self._serial = 0
 
@@ -215,6 +222,53 @@ class Runner:
         _log(f"        filled {name}: {count:,} messages of {size} B")
         return name
 
+    async def _fill_fanout(self, partitions: int) -> str:
+        """A stream of ``partitions`` partitions holding ``fanout_count`` messages each."""
+        filled = self._fanout_filled.get(partitions)
+        if isinstance(filled, Exception):
+            raise filled
+        if filled is None:
+            try:
+                filled = self._fanout_filled[partitions] = await self._fill_fanout_new(partitions)
+            except Exception as exc:  # every case of this partition count reports it
+                self._fanout_filled[partitions] = exc
+                raise
+        return filled
+
+    async def _fill_fanout_new(self, partitions: int) -> str:
+        name = f"bench-{self._tag}-fan{partitions}"
+        await self.streams.create(name, partitions, 1)
+        per = self.settings.fanout_count
+        # In rounds of at most about 200k messages (each a whole number per partition):
+        # the pre-encoded envelopes of one round stay in memory until acked.
+        step = max(1, min(per, 200_000 // partitions))
+        for done in range(0, per, step):
+            spec = {
+                "module": "bare",
+                "action": "publish",
+                "nats_url": self.nats_url,
+                "subject": name,
+                "partitions": partitions,  # round-robin: the same count on each
+                "ack": "LEADER",
+                "size": self.settings.sizes[0],
+                "count": min(step, per - done) * partitions,
+                "warmup": 0,
+            }
+            result = await self._exec(
+                [sys.executable, "-m", "bench.worker", json.dumps(spec)],
+                180 + step * partitions / 400,
+            )
+            if "error" in result:
+                raise RuntimeError(f"filling the fan-out stream failed: {result['error']}")
+        for partition in {0, partitions - 1}:
+            newest = await self.streams.newest_offset(name, partition)
+            if newest != per - 1:
+                raise RuntimeError(
+                    f"fan-out partition {partition} holds {newest + 1} messages, wanted {per}"
+                )
+        _log(f"        filled {name}: {partitions} partitions x {per:,} messages")
+        return name
+
     async def run_latency(self, cases: list[Case], index: int) -> dict[str, dict[str, Any]]:
         """Run the clients of one latency configuration in alternating rounds, pooled.
 
@@ -276,6 +330,39 @@ class Runner:
             }
         return out
 
+    async def run_spark(self, cases: list[Case]) -> dict[str, dict[str, Any]]:
+        """Every Spark case in one worker process (one Spark session, one JVM).
+
+        The read is measured on the subscribe cases' stream (one partition), the SDK's
+        subscribe beside it; see :mod:`bench.spark` for what each case does.
+        """
+        size = cases[0].size
+        try:
+            read_stream = await self._fill(size)
+        except Exception as exc:
+            return {c.id: {"error": f"{exc.__class__.__name__}: {exc}"} for c in cases}
+        spec = {
+            "nats_url": self.nats_url,
+            "brokers": self.brokers,
+            "size": size,
+            "rounds": self.settings.spark_rounds,
+            "read_stream": read_stream,
+            "read_count": self.settings.subscribe_count,
+            "sink_count": self.settings.spark_sink_count,
+            "scale_count": self.settings.spark_scale_count,
+            "scale_rounds": self.settings.spark_rounds,
+        }
+        cmd = [sys.executable, "-m", "bench.spark", json.dumps(spec)]
+        counts = self.settings.spark_sink_count + self.settings.spark_scale_count
+        limit = 600.0 + self.settings.spark_rounds * counts / 200
+        by_client = await self._exec(cmd, limit)
+        if "error" in by_client:
+            return {c.id: by_client for c in cases}
+        return {
+            c.id: by_client.get(c.client, {"error": "the Spark worker gave no figure"})
+            for c in cases
+        }
+
     async def run_rounds(self, cases: list[Case], index: int) -> dict[str, dict[str, Any]]:
         """Run the clients of one configuration in alternating rounds; report the median.
 
@@ -319,7 +406,7 @@ class Runner:
             "ack": case.ack,
             "partitions": case.topology.partitions,
             "count": case.count,
-            "warmup": 0 if case.section == "subscribe" else self.settings.warmup,
+            "warmup": 0 if case.section in ("subscribe", "fanout") else self.settings.warmup,
             "keyed": case.keyed,
         }
         if case.client in (plan.OURS_TASKS_100, plan.OURS_TASKS_1000):
@@ -329,6 +416,9 @@ class Runner:
             if case.section == "subscribe":
                 spec["stream"] = spec["subject"] = await self._fill(case.size)
                 spec["leader"] = await self.streams.leader_address(spec["stream"])
+            elif case.section == "fanout":
+                spec["stream"] = await self._fill_fanout(case.topology.partitions)
+                spec["mode"] = "tasks" if case.client == plan.FANOUT_TASKS else "consumer"
             elif case.client != plan.RAW:
                 created = self._name(case, index)
                 await self.streams.create(
@@ -378,7 +468,13 @@ async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> di
                     ]
                     pooled.update(await runner.run_latency(partners, index))
                 result = pooled[case.id]
-            elif case.section in ("publish", "subscribe"):
+            elif case.section == "spark":
+                if case.id not in pooled:
+                    pooled.update(
+                        await runner.run_spark([c for c in cases if c.section == "spark"])
+                    )
+                result = pooled[case.id]
+            elif case.section in ("publish", "subscribe", "fanout"):
                 if case.id not in pooled:
                     partners = [
                         c for c in cases if c.section == case.section and c.config == case.config
@@ -432,7 +528,13 @@ async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> di
                 "latency_rounds": settings.latency_rounds,
                 "rounds": settings.rounds,
                 "subscribe_count": settings.subscribe_count,
+                "fanout_partitions": list(settings.fanout_partitions),
+                "fanout_count": settings.fanout_count,
                 "memory_count": settings.memory_count,
+                "spark": settings.spark,
+                "spark_sink_count": settings.spark_sink_count,
+                "spark_scale_count": settings.spark_scale_count,
+                "spark_rounds": settings.spark_rounds,
                 "uvloop": settings.uvloop,
                 "go_window": runner.window,
                 "ours_ack_timeout": ours_ack_timeouts(),

@@ -53,6 +53,10 @@ class Settings:
     # machine; the median of alternating rounds compares clients under the same noise.
     rounds: int
     subscribe_count: int
+    # Many partitions: read this many messages from each of every partition count here,
+    # with a task per partition and with one consumer-group member.
+    fanout_partitions: tuple[int, ...]
+    fanout_count: int
     memory_count: int
     uvloop: bool
     uvloop_compare: bool
@@ -60,6 +64,13 @@ class Settings:
     gufo: bool
     out_dir: Path
     case_filter: tuple[str, ...] = field(default=())
+    # The Spark section (bench.spark): the source's read of one partition against the
+    # SDK's subscribe (on the subscribe cases' stream), the sink against one
+    # Publisher, and a standalone cluster with one worker, then two.
+    spark: bool = True
+    spark_sink_count: int = 300_000
+    spark_scale_count: int = 200_000
+    spark_rounds: int = 3
 
     @classmethod
     def full(cls) -> Settings:
@@ -82,6 +93,8 @@ class Settings:
             latency_rounds=5,
             rounds=3,
             subscribe_count=200_000,
+            fanout_partitions=(1, 8, 64, 256),
+            fanout_count=20_000,
             memory_count=1_000_000,
             uvloop=False,
             uvloop_compare=True,
@@ -111,12 +124,17 @@ class Settings:
             latency_rounds=1,
             rounds=1,
             subscribe_count=2_000,
+            fanout_partitions=(1, 4),
+            fanout_count=500,
             memory_count=0,
             uvloop=False,
             uvloop_compare=True,
             go=True,
             gufo=True,
             out_dir=out_dir,
+            spark_sink_count=2_000,
+            spark_scale_count=2_000,
+            spark_rounds=1,
         )
 
     def with_(self, **changes: object) -> Settings:

@@ -37,6 +37,7 @@ from .errors import (
     NoStoredPositionError,
     NoSuchPartitionError,
     NoSuchStreamError,
+    NotAssignedError,
     NotConnectedError,
     NotLeaderError,
     PartitionPausedError,
@@ -73,6 +74,9 @@ _GRPC_SIDE = {
     "REPLICATION_MAX": ".client",
     "Client": ".client",
     "Consumer": ".groups",
+    "ConsumerRebalanceListener": ".groups",
+    "StreamPartition": ".groups",
+    "PartitionLag": ".lag",
     "Subscription": ".subscription",
 }
 
@@ -80,7 +84,8 @@ if TYPE_CHECKING:
     from ._grpc import TLSConfig
     from .activity import ActivityEvent, ActivityOp
     from .client import REPLICATION_MAX, Client
-    from .groups import Consumer
+    from .groups import Consumer, ConsumerRebalanceListener, StreamPartition
+    from .lag import PartitionLag
     from .subscription import Subscription
 
 
@@ -116,6 +121,7 @@ __all__ = [
     "ClientClosedError",
     "Consumer",
     "ConsumerGroupError",
+    "ConsumerRebalanceListener",
     "CursorsDisabledError",
     "DeserializationError",
     "EncryptionError",
@@ -139,9 +145,11 @@ __all__ = [
     "NoStoredPositionError",
     "NoSuchPartitionError",
     "NoSuchStreamError",
+    "NotAssignedError",
     "NotConnectedError",
     "NotLeaderError",
     "PartitionInfo",
+    "PartitionLag",
     "PartitionPausedError",
     "Partitioner",
     "PublishError",
@@ -164,6 +172,7 @@ __all__ = [
     "StopPosition",
     "StreamExistsError",
     "StreamInfo",
+    "StreamPartition",
     "Subscription",
     "TLSConfig",
     "__version__",

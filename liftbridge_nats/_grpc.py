@@ -8,7 +8,10 @@ SDK's error family.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import ssl
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,11 +20,11 @@ from typing import TYPE_CHECKING
 import grpc
 import grpc.aio
 
-from ._proto import api_pb2, api_pb2_grpc
-from ._stream_reader import StreamReader
+from ._proto import api_pb2_grpc
+from ._read_pool import ReadPool
+from ._stream_reader import MAX_BYTES, MAX_MESSAGES
 from .errors import (
     BrokerUnavailableError,
-    ClientClosedError,
     InvalidArgumentError,
     NoLeaderError,
     NoSuchPartitionError,
@@ -36,7 +39,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from ._proto.api_pb2_grpc import APIAsyncStub, APIStub
+    from ._proto.api_pb2_grpc import APIAsyncStub
 
 __all__ = [
     "Backoff",
@@ -53,8 +56,6 @@ _NOT_LEADER_HINTS = ("not partition leader", "not cursor partition leader", "not
 _TLS_HINTS = ("ssl", "tsi_", "handshake", "certificate", "tls")
 # Raft has no leader yet (start-up, fail-over): the server says so with INTERNAL.
 _NO_LEADER_HINTS = ("no known metadata leader", "no leader", "cursors partition")
-# grpc.experimental.ChannelOptions.SingleThreadedUnaryStream (the stubs lack that module).
-_SINGLE_THREADED_UNARY_STREAM = "SingleThreadedUnaryStream"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +95,43 @@ class TLSConfig:
             certificate_chain=read(self.cert_file),
         )
 
+    def ssl_context(self) -> ssl.SSLContext:
+        """The same settings as an :class:`ssl.SSLContext` (the read path's sockets)."""
+        if (self.cert_file is None) != (self.key_file is None):
+            raise InvalidArgumentError("TLS needs both cert_file and key_file, or neither")
+        try:
+            if isinstance(self.ca_file, bytes):
+                context = ssl.create_default_context(cadata=self.ca_file.decode("ascii"))
+            else:
+                context = ssl.create_default_context(cafile=self.ca_file)
+            if self.cert_file is not None and self.key_file is not None:
+                with _as_file(self.cert_file) as cert, _as_file(self.key_file) as key:
+                    context.load_cert_chain(cert, key)
+        except (OSError, ValueError, ssl.SSLError) as exc:
+            raise InvalidArgumentError(f"cannot use the TLS files: {exc}") from None
+        context.set_alpn_protocols(["h2"])
+        return context
+
+
+class _as_file:
+    """A PEM given as content becomes a temporary file for the time of a load."""
+
+    def __init__(self, source: str | Path | bytes) -> None:
+        self._source = source
+        self._path: str | None = None
+
+    def __enter__(self) -> str:
+        if not isinstance(self._source, bytes):
+            return str(self._source)
+        fd, self._path = tempfile.mkstemp(suffix=".pem")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(self._source)
+        return self._path
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._path is not None:
+            os.unlink(self._path)
+
 
 def parse_brokers(brokers: str | Iterable[str]) -> tuple[str, ...]:
     """Normalise ``"h:p,h:p"`` or a list of ``"h:p"`` into a tuple of addresses."""
@@ -122,18 +160,27 @@ def parse_brokers(brokers: str | Iterable[str]) -> tuple[str, ...]:
 class ChannelPool:
     """One gRPC channel (and API stub) per broker address, opened on first use.
 
-    Subscriptions read on a second, synchronous channel per broker (see
-    :mod:`._stream_reader`): the pool opens those calls, keeps their reader threads,
-    and stops them all on :meth:`close`.
+    Subscriptions read over the pool's :class:`~._read_pool.ReadPool` instead: one
+    HTTP/2 connection per broker, read by the event loop (see :mod:`._h2` for why).
     """
 
-    def __init__(self, tls: TLSConfig | None = None) -> None:
+    def __init__(
+        self,
+        tls: TLSConfig | None = None,
+        *,
+        connect_timeout: float = 10.0,
+        read_ahead_messages: int = MAX_MESSAGES,
+        read_ahead_bytes: int = MAX_BYTES,
+    ) -> None:
         self._tls = tls
         self._creds = tls.credentials() if tls is not None else None
         self._channels: dict[str, tuple[grpc.aio.Channel, APIAsyncStub]] = {}
-        self._sync_channels: dict[str, tuple[grpc.Channel, APIStub]] = {}
-        self._readers: set[StreamReader] = set()
-        self._closed = False
+        self.reads = ReadPool(
+            tls,
+            connect_timeout=connect_timeout,
+            max_messages=read_ahead_messages,
+            max_bytes=read_ahead_bytes,
+        )
 
     def _options(self) -> list[tuple[str, str | int]]:
         options: list[tuple[str, str | int]] = [
@@ -159,53 +206,11 @@ class ChannelPool:
             self._channels[address] = entry
         return entry[1]
 
-    def _sync_stub(self, address: str) -> APIStub:
-        entry = self._sync_channels.get(address)
-        if entry is None:
-            # Each streaming call is polled by the thread that iterates it, with no
-            # channel-wide polling thread: the cheapest way to read a server stream.
-            options = [*self._options(), (_SINGLE_THREADED_UNARY_STREAM, 1)]
-            if self._creds is not None:
-                channel = grpc.secure_channel(address, self._creds, options=options)
-            else:
-                channel = grpc.insecure_channel(address, options=options)
-            entry = (channel, api_pb2_grpc.APIStub(channel))
-            self._sync_channels[address] = entry
-        return entry[1]
-
-    def subscribe(
-        self,
-        address: str,
-        request: api_pb2.SubscribeRequest,
-        *,
-        skip_through: int | None,
-        name: str,
-    ) -> StreamReader:
-        """Start a Subscribe call to ``address`` and the thread that reads it."""
-        if self._closed:
-            # A thread started now would outlive the client.
-            raise ClientClosedError("the client is closed; open a new Client")
-        call = self._sync_stub(address).Subscribe(request)
-        reader = StreamReader(call, skip_through=skip_through, name=name)
-        self._readers.add(reader)
-        reader.add_finished_callback(self._readers.discard)
-        reader.start()
-        return reader
-
     async def close(self) -> None:
-        """Close every channel (cancels the calls still running on them)."""
-        self._closed = True
-        readers = list(self._readers)
-        for reader in readers:
-            reader.cancel()
-        for reader in readers:
-            await reader.wait_finished()
+        """Close every channel and connection (cancels the calls still running on them)."""
+        await self.reads.close()
         channels = [channel for channel, _ in self._channels.values()]
-        sync_channels = [channel for channel, _ in self._sync_channels.values()]
         self._channels.clear()
-        self._sync_channels.clear()
-        for sync_channel in sync_channels:
-            sync_channel.close()
         for channel in channels:
             await channel.close()
 

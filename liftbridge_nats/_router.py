@@ -29,6 +29,7 @@ import grpc.aio
 from ._args import checked_seconds
 from ._grpc import Backoff, ChannelPool, TLSConfig, rpc_error
 from ._proto import api_pb2
+from ._stream_reader import MAX_BYTES, MAX_MESSAGES
 from .errors import (
     ClientClosedError,
     LiftbridgeError,
@@ -63,10 +64,17 @@ class Router:
         tls: TLSConfig | None,
         timeout: float,
         metadata_max_age: float,
+        read_ahead_messages: int = MAX_MESSAGES,
+        read_ahead_bytes: int = MAX_BYTES,
     ) -> None:
         self.seeds = seeds
         self.timeout = timeout
-        self.pool = ChannelPool(tls)
+        self.pool = ChannelPool(
+            tls,
+            connect_timeout=timeout,
+            read_ahead_messages=read_ahead_messages,
+            read_ahead_bytes=read_ahead_bytes,
+        )
         self.cache = MetadataCache(metadata_max_age)
         self._refreshing: asyncio.Task[Metadata] | None = None
         self._closed = False

@@ -1,35 +1,33 @@
-"""One Subscribe stream, read by a worker thread and handed to the event loop.
+"""One Subscribe call: its read-ahead buffer and the items a Subscription takes from it.
 
-Why a thread: grpc.aio spends about 40 us of CPU on each streamed message, while a
-synchronous call on a channel with the SingleThreadedUnaryStream option reads one in
-about 6 us, and its blocking ``next()`` releases the GIL. So each subscription gets one
-thread that reads its call, turns every protobuf ``Message`` into the public
-:class:`~liftbridge_nats.messages.Message`, and appends it to a deque.
+The call runs on a shared HTTP/2 connection to the broker (see :mod:`._read_pool`);
+the connection appends each gRPC message body (raw protobuf bytes) to the call's
+buffer as it arrives, on the event loop, and wakes a waiting consumer once per
+received chunk: one wake-up for a whole burst of messages, no thread, no lock.
 
-The hand-over costs no system call per message. The thread wakes the event loop only
-when the consumer is waiting (the consumer publishes a future, then looks at the deque
-once more, so a message appended meanwhile is never missed), and even then not for
-every message: waking the loop costs more CPU than reading a message, so a consumer
-that keeps up with a fast stream would otherwise be woken for each one. The thread
-wakes it at once for a message that came after a pause (a live stream at a modest
-rate: no added latency) or after an idle wait, and otherwise once per batch; a timer
-on the loop side collects a batch that stops short, within :data:`FLUSH_DELAY`.
+Messages are decoded when taken (:meth:`StreamReader.get`), not when received: a
+buffered message costs its wire size (plus a bytes object), so the bound on the
+buffer is a bound on memory, and the decoding CPU is spent by the consumer that
+asked for it. ``get`` is the one place every message read passes through, once,
+whichever API delivers it (a subscription, a consumer's ``async for`` or
+``getmany``): the place for per-message read metrics or trace context.
 
-The deque is bounded by a message count and by value bytes: when it is full the thread
-stops calling ``next()`` until the consumer has drained it to half, and gRPC flow
-control holds the server back.
+Read-ahead is bounded with HTTP/2 flow control, per call: the server may send only
+as many bytes as the reader granted, and the reader grants bytes back as its
+consumer takes messages. The grant is sized so that the buffer holds at most about
+``max_messages`` messages (at the sizes seen so far) and never more than
+``max_bytes`` bytes of messages. A slow consumer therefore holds its server back
+without holding back the other calls that share the connection.
 
-The end of the stream travels through the same deque, after the last message, as a
-:class:`StreamEnd`, so messages read before an error are still delivered. The first
-message of a Subscribe (the server's empty "subscription established") is not a record:
-the thread reports it as :data:`OPENED`.
+The first message of a Subscribe (the server's empty "subscription established") is
+reported as :data:`OPENED`; the end of the call follows the last message as a
+:class:`StreamEnd`, so messages read before an error are still delivered.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
+import contextlib
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
@@ -37,31 +35,33 @@ from typing import TYPE_CHECKING, Final
 import grpc
 
 from ._proto import api_pb2
+from .errors import RpcError
 from .messages import Message
 from .wire import message_from_proto
 
+if TYPE_CHECKING:
+    from ._h2 import Status
+
 __all__ = [
+    "MAX_BYTES",
+    "MAX_MESSAGES",
     "OPENED",
+    "CallStatusError",
     "Item",
     "StreamEnd",
     "StreamReader",
+    "status_error",
 ]
 
-if TYPE_CHECKING:
-    # A synchronous server-streaming Subscribe call: an iterator with cancel().
-    SubscribeCall = grpc._CallIterator[api_pb2.Message]
-
 MAX_MESSAGES: Final = 4096
-"""Messages buffered per subscription before the reader thread pauses."""
+"""Messages buffered per subscription (about: the grant follows the sizes seen)."""
 MAX_BYTES: Final = 4 * 1024 * 1024
-"""Value bytes buffered per subscription before the reader thread pauses."""
-BATCH: Final = 64
-"""Messages that arrive back to back are announced to a waiting consumer in batches
-of this many."""
-LIVE_GAP: Final = 0.0002
-"""A message that took longer than this (seconds) to arrive is announced at once."""
-FLUSH_DELAY: Final = 0.001
-"""The longest a waiting consumer leaves messages of an unfinished batch unread."""
+"""Bytes of messages (as sent) buffered per subscription, at most."""
+MIN_WINDOW: Final = 16 * 1024
+"""The smallest window a call is given, whatever the message sizes."""
+FIRST_WINDOW: Final = 64 * 1024
+"""The window of a new call, before any message size is known (it adapts at once)."""
+_PREFIX: Final = 5  # a gRPC message's length prefix, counted by flow control
 
 
 class _Opened:
@@ -74,15 +74,42 @@ class _Opened:
 OPENED: Final = _Opened()
 """The server accepted the subscription (its first, empty message arrived)."""
 
+_CODES: Final = {code.value[0]: code for code in grpc.StatusCode}
+_parse: Final = api_pb2.Message.FromString
+
+
+class CallStatusError(grpc.RpcError):
+    """How a call failed, in the shape of grpc's errors: ``code()`` and ``details()``."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self._code = code
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        """The gRPC status code."""
+        return self._code
+
+    def details(self) -> str:
+        """The server's (or the transport's) message."""
+        return self._details
+
+    def __repr__(self) -> str:
+        return f"CallStatusError({self._code.name}, {self._details!r})"
+
+
+def status_error(status: Status) -> CallStatusError:
+    """The error for a call that ended with a status other than OK."""
+    return CallStatusError(_CODES.get(status.code, grpc.StatusCode.UNKNOWN), status.details)
+
 
 class StreamEnd:
     """The last item of a stream: why it ended.
 
-    ``cancelled`` is True when :meth:`StreamReader.cancel` ended it (whatever the call
-    raised then). Otherwise ``error`` is None when the server closed the stream
-    normally, the :class:`grpc.RpcError` the call failed with (``code()``,
-    ``details()``), or any other exception the reader thread met (a bug, re-raised on
-    the loop side).
+    ``cancelled`` is True when :meth:`StreamReader.cancel` ended it. Otherwise
+    ``error`` is None when the server closed the stream normally, a
+    :class:`CallStatusError` (``code()``, ``details()``) when the call failed, or
+    another exception met while reading (re-raised by the subscription).
     """
 
     __slots__ = ("cancelled", "error")
@@ -98,115 +125,207 @@ class StreamEnd:
 Item = Message | _Opened | StreamEnd
 
 
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+class CallHandle:
+    """What a reader needs of the connection carrying its call (see :mod:`._read_pool`)."""
+
+    def grant(self, increment: int) -> None:
+        """Let the server send ``increment`` more bytes."""
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        """Reset the call."""
+        raise NotImplementedError
 
 
 class StreamReader:
-    """Reads one Subscribe call in a thread; the event loop takes items with :meth:`get`.
+    """The buffer of one Subscribe call; the event loop takes items with :meth:`get`.
 
     ``skip_through`` drops messages at or below that offset (a resubscription after a
-    fail-over may replay some; see :mod:`.subscription`). Create it on the event loop,
-    call :meth:`start`, and always finish with :meth:`aclose` (or :meth:`cancel` and,
-    later, :meth:`wait_finished`).
+    fail-over may replay some; see :mod:`.subscription`). Everything runs on the
+    event loop; :meth:`cancel` ends the call at once.
     """
 
     def __init__(
         self,
-        call: SubscribeCall,
         *,
         skip_through: int | None = None,
-        name: str = "liftbridge-subscribe",
         max_messages: int = MAX_MESSAGES,
         max_bytes: int = MAX_BYTES,
     ) -> None:
-        self._call = call
         self._loop = asyncio.get_running_loop()
         self._skip_through = -1 if skip_through is None else skip_through
-        self._max_messages = max_messages
-        self._max_bytes = max_bytes
-        self._buffer: deque[Item] = deque()
-        # Value bytes put in and taken out, each written by one thread only (so that
-        # neither needs a lock); the thread publishes its count before it waits.
-        self._produced_bytes = 0
-        self._consumed_bytes = 0
-        # Re-entrant: cancel() may run from a finalizer (see Subscription) in the middle
-        # of this thread's own wait for room.
-        self._room = threading.Condition(threading.RLock())
-        self._blocked = False  # the thread waits for room (set and cleared under _room)
+        self._max_messages = max(2, max_messages)
+        self._max_bytes = max(MIN_WINDOW, max_bytes)
+        self._buffer: deque[bytes | StreamEnd] = deque()
+        # Called by the connection for each message body: the deque's own append.
+        self.h2_append: Callable[[bytes], None] = self._buffer.append
+        self._handle: CallHandle | None = None
+        self._opened = False
+        self._ended = False
+        self.end: StreamEnd | None = None
+        """How the call ended, as soon as it did (its item may still wait in the buffer)."""
+        self.listener: Callable[[], object] | None = None
+        """Called whenever items arrive, after a waiting consumer was woken."""
         self._closing = False
         self._waiter: asyncio.Future[None] | None = None
-        # The consumer's last wait ended by its timer with nothing to read: the stream
-        # is idle, so the next wait has no timer and wants each message at once (eager).
-        self._idle = False
-        self._eager = False
-        self._finished: asyncio.Future[None] = self._loop.create_future()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._finished_callbacks: list[Callable[[StreamReader], object]] = []
+        # Flow control. ``_credit`` is what the server may send plus what is buffered
+        # plus ``_owed`` (taken by the consumer, not yet granted back).
+        self._credit = min(FIRST_WINDOW, self._max_bytes)
+        self._owed = 0
+        self._owed_count = 0
+        self._grant_at = self._credit // 2
+        # Size of a message arriving in pieces, that the window must fit (0: none).
+        self._need = 0
 
-    def start(self) -> None:
-        """Start the reader thread."""
-        self._thread.start()
+    @property
+    def window(self) -> int:
+        """The receive window to open the call with."""
+        return self._credit
+
+    def attach(self, handle: CallHandle) -> None:
+        """The call is on a connection now (grants and cancellation go through it)."""
+        self._handle = handle
 
     @property
     def finished(self) -> bool:
-        """True once the reader thread has ended."""
-        return self._finished.done()
+        """True once the call has ended (its :class:`StreamEnd` is buffered or taken)."""
+        return self._ended
 
     def add_finished_callback(self, callback: Callable[[StreamReader], object]) -> None:
-        """Call ``callback(self)`` on the event loop once the thread has ended."""
-        self._finished.add_done_callback(lambda _: callback(self))
+        """Call ``callback(self)`` once the call has ended (at once if it has)."""
+        if self._ended:
+            callback(self)
+        else:
+            self._finished_callbacks.append(callback)
 
-    # ------------------------------------------------------------------ loop side
+    # ------------------------------------------------------------------ connection side
+
+    def h2_wake(self) -> None:
+        """Messages arrived: wake the consumer waiting for them."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        if self.listener is not None:
+            self.listener()
+
+    def h2_need(self, size: int) -> None:
+        """A message of ``size`` bytes is arriving in pieces: make the window fit it."""
+        if size > self._need:
+            self._need = size
+            self._grant()
+
+    def h2_end(self, status: Status) -> None:
+        """The call ended with a gRPC status (code 0: closed normally by the server)."""
+        error: BaseException | None = None
+        if status.local:
+            # Not the server's doing and no retry helps: the subscription raises it.
+            error = RpcError(f"reading the stream failed: {status.details}", code="INTERNAL")
+        elif status.code != 0:
+            error = status_error(status)
+        self._finish(StreamEnd(error, cancelled=self._closing))
+
+    def fail(self, error: BaseException) -> None:
+        """End the call with ``error`` (the connection could not be opened or broke)."""
+        if not self._ended:
+            self._finish(StreamEnd(error, cancelled=self._closing))
+
+    def _finish(self, end: StreamEnd) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self.end = end
+        self._buffer.append(end)
+        self.h2_wake()
+        callbacks, self._finished_callbacks = self._finished_callbacks, []
+        for callback in callbacks:
+            callback(self)
+
+    # ------------------------------------------------------------------ consumer side
+
+    @property
+    def buffered(self) -> bool:
+        """Whether an item waits to be taken."""
+        return bool(self._buffer)
+
+    def peek_offset(self) -> int | None:
+        """Offset of the next buffered message (decoded, not taken), None if none."""
+        handshake = not self._opened
+        for body in self._buffer:
+            if type(body) is not bytes:
+                return None
+            if handshake:
+                handshake = False
+                continue
+            offset = api_pb2.Message.FromString(body).offset
+            if offset > self._skip_through:
+                return offset
+        return None
 
     def get(self) -> Item | None:
-        """The next item, or None when none is buffered yet (event loop only)."""
+        """The next item, or None when none is buffered yet."""
         buffer = self._buffer
-        if not buffer:
-            return None
-        item = buffer.popleft()
-        if type(item) is Message:
-            self._consumed_bytes += len(item.value)
-            if self._blocked:
-                self._make_room()
-        return item
+        while buffer:
+            body = buffer.popleft()
+            if type(body) is not bytes:
+                return body  # type: ignore[return-value]
+            cost = len(body) + _PREFIX
+            self._owed += cost
+            self._owed_count += 1
+            if self._need:
+                if cost >= self._need:
+                    self._need = 0  # the message arriving in pieces is here
+                elif not buffer:
+                    self._grant()  # everything drained: the window must reopen now
+            if self._owed >= self._grant_at:
+                self._grant()
+            if not self._opened:
+                self._opened = True
+                return OPENED
+            pb = _parse(body)
+            if pb.offset > self._skip_through:
+                return message_from_proto(pb)
+        return None
 
-    def _make_room(self) -> None:
-        # Resume the thread at half the bounds, so that it pauses once per half-buffer.
-        if (
-            len(self._buffer) <= self._max_messages // 2
-            and self._produced_bytes - self._consumed_bytes <= self._max_bytes // 2
-        ):
-            with self._room:
-                self._room.notify()
+    def _grant(self) -> None:
+        """Give the server back the window the consumer freed, sized to the limits.
+
+        The target window holds about ``max_messages`` messages of the mean size seen
+        since the last grant, within [MIN_WINDOW, max_bytes], and at least a message
+        that is arriving in pieces (so that it gets through once the buffer is
+        drained). Nothing is granted while the buffer holds more than half of
+        ``max_messages``.
+        """
+        handle = self._handle
+        if handle is None or self._ended or len(self._buffer) > self._max_messages // 2:
+            return
+        if self._owed_count:
+            mean = self._owed / self._owed_count
+            target = int(min(self._max_bytes, max(MIN_WINDOW, self._max_messages * mean)))
+        else:
+            target = self._credit
+        target = max(target, self._need)
+        increment = self._owed + target - self._credit
+        if increment <= 0:
+            # The window shrinks: keep back what the consumer freed.
+            self._credit -= self._owed
+        else:
+            self._credit = target
+            handle.grant(increment)
+        self._owed = 0
+        self._owed_count = 0
+        self._grant_at = max(1, target // 2)
 
     async def wait(self) -> None:
-        """Return once items are buffered; cancellable.
-
-        Messages arriving back to back may be left to gather for up to
-        :data:`FLUSH_DELAY` first. The stream always ends with a :class:`StreamEnd`
-        (after :meth:`cancel` too), so a wait never outlasts the stream.
-        """
+        """Return once items are buffered; cancellable. A stream always ends with a
+        :class:`StreamEnd` (after :meth:`cancel` too), so a wait never outlasts it."""
         if self._buffer:
             return
-        waiter = self._loop.create_future()
-        idle = self._idle
-        self._eager = idle  # before _waiter: the thread reads them in the other order
-        self._waiter = waiter
-        # Look again: the thread appends first and reads _waiter second, so either it
-        # saw this waiter or its message is already in the buffer.
-        if self._buffer:
-            self._waiter = None
-            return
-        timer = None if idle else self._loop.call_later(FLUSH_DELAY, _wake, waiter)
+        waiter = self._waiter = self._loop.create_future()
         try:
             await waiter
         finally:
-            if timer is not None:
-                timer.cancel()
-            if self._waiter is waiter:
-                self._waiter = None
-        self._idle = not self._buffer
+            self._waiter = None
 
     async def next_item(self) -> Item:
         """Wait for the next item and take it."""
@@ -217,95 +336,31 @@ class StreamReader:
             await self.wait()
 
     def cancel(self) -> None:
-        """Cancel the call and release the thread (any thread; returns at once)."""
+        """Cancel the call (returns at once; idempotent)."""
+        if self._ended:
+            return
         self._closing = True
-        self._call.cancel()
-        with self._room:
-            self._room.notify()
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.cancel()
+        self._finish(StreamEnd(None, cancelled=True))
+
+    def cancel_threadsafe(self) -> None:
+        """:meth:`cancel` from any thread (a finalizer may run anywhere)."""
+        try:
+            on_loop = asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            self.cancel()
+        elif not self._loop.is_closed():
+            # (Closed meanwhile: its connections are gone with it.)
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self.cancel)
 
     async def wait_finished(self) -> None:
-        """Wait until the reader thread has ended (after :meth:`cancel` or the stream's end)."""
-        if self._thread.ident is None:
-            return  # never started
-        await asyncio.shield(self._finished)
-        # The thread's last act was to schedule _finished: it is exiting now.
-        self._thread.join()
+        """Kept for the subscription's life cycle: a call has no thread to wait for."""
 
     async def aclose(self) -> None:
-        """Cancel the call and wait for the thread to end (idempotent)."""
+        """Cancel the call (idempotent)."""
         self.cancel()
-        await self.wait_finished()
-
-    # ------------------------------------------------------------------ thread side
-
-    def _run(self) -> None:
-        end: BaseException | None = None
-        try:
-            self._read()
-        except grpc.RpcError as exc:
-            end = exc
-        except BaseException as exc:  # the loop side re-raises it
-            end = exc
-            self._call.cancel()  # the call must not outlive its reader
-        try:
-            self._put(StreamEnd(end, cancelled=self._closing))
-            self._loop.call_soon_threadsafe(self._finished_soon)
-        except RuntimeError:
-            pass  # the event loop is closed: nobody is left to tell
-
-    def _finished_soon(self) -> None:
-        if not self._finished.done():
-            self._finished.set_result(None)
-
-    def _read(self) -> None:
-        stream = iter(self._call)
-        for _handshake in stream:
-            self._put(OPENED)
-            break
-        buffer = self._buffer
-        append = buffer.append
-        skip_through = self._skip_through
-        max_messages = self._max_messages
-        max_bytes = self._max_bytes
-        convert = message_from_proto
-        clock = time.perf_counter
-        produced = 0
-        asked = clock()
-        for pb in stream:
-            came = clock()
-            if pb.offset > skip_through:
-                msg = convert(pb)
-                append(msg)
-                produced += len(msg.value)
-                if self._waiter is not None and (
-                    came - asked > LIVE_GAP or len(buffer) >= BATCH or self._eager
-                ):
-                    self._notify()
-                if len(buffer) >= max_messages or produced - self._consumed_bytes >= max_bytes:
-                    self._produced_bytes = produced
-                    self._wait_for_room()
-                if self._closing:
-                    return
-            asked = clock()
-
-    def _put(self, item: Item) -> None:
-        self._buffer.append(item)
-        if self._waiter is not None:
-            self._notify()
-
-    def _notify(self) -> None:
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None:
-            self._loop.call_soon_threadsafe(_wake, waiter)
-
-    def _wait_for_room(self) -> None:
-        half_messages = self._max_messages // 2
-        half_bytes = self._max_bytes // 2
-        with self._room:
-            self._blocked = True
-            while not self._closing and (
-                len(self._buffer) > half_messages
-                or self._produced_bytes - self._consumed_bytes > half_bytes
-            ):
-                self._room.wait()
-            self._blocked = False

@@ -35,6 +35,7 @@ from ._names import DEFAULT_MAX_PARTITIONS, check_stream_name
 from ._proto import api_pb2
 from ._publish_async import AsyncPublisher, publish_error
 from ._router import Router
+from ._stream_reader import MAX_BYTES, MAX_MESSAGES, MIN_WINDOW
 from .activity import ActivityStream
 from .errors import InvalidArgumentError, LiftbridgeError, NoSuchStreamError
 from .messages import Ack, AckPolicy, StartPosition, StopPosition
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from ._router import Stub
-    from .groups import Consumer
+    from .groups import Consumer, ConsumerRebalanceListener
 
 __all__ = ["DEFAULT_MAX_PARTITIONS", "REPLICATION_MAX", "Client", "TLSConfig"]
 
@@ -66,7 +67,10 @@ class Client:
     the most partitions :meth:`create_stream` asks for in one stream
     (:data:`DEFAULT_MAX_PARTITIONS`, 256, unless given): the server sets up every
     partition on each replica at once, and a very large count keeps it busy long after
-    the call has timed out.
+    the call has timed out. Each subscription (and each partition a consumer reads)
+    reads ahead of its consumer at most about ``read_ahead_messages`` messages and never
+    more than ``read_ahead_bytes`` bytes (at least 16 KiB), so memory grows with the
+    partitions read, by that much each.
 
     Use it as ``async with Client([...]) as client:``; leaving the block closes every
     channel and subscription.
@@ -81,17 +85,23 @@ class Client:
         resubscribe_wait: float = 30.0,
         metadata_max_age: float = 30.0,
         max_partitions: int = DEFAULT_MAX_PARTITIONS,
+        read_ahead_messages: int = MAX_MESSAGES,
+        read_ahead_bytes: int = MAX_BYTES,
     ) -> None:
         checked_seconds(timeout, "timeout")
         checked_seconds(resubscribe_wait, "resubscribe_wait")
         checked_seconds(metadata_max_age, "metadata_max_age", zero=True)
         self._max_partitions = checked_int(max_partitions, "max_partitions", low=1, high=INT32_MAX)
+        checked_int(read_ahead_messages, "read_ahead_messages", low=1)
+        checked_int(read_ahead_bytes, "read_ahead_bytes", low=MIN_WINDOW)
         tls_config = TLSConfig() if tls is True else (tls or None)
         self._router = Router(
             parse_brokers(brokers),
             tls=tls_config,
             timeout=timeout,
             metadata_max_age=metadata_max_age,
+            read_ahead_messages=read_ahead_messages,
+            read_ahead_bytes=read_ahead_bytes,
         )
         self._resubscribe_wait = resubscribe_wait
         self._async_publisher: AsyncPublisher | None = None
@@ -460,16 +470,22 @@ class Client:
         auto_checkpoint_interval: float | None = 5.0,
         start_position: StartPosition | None = StartPosition.EARLIEST,
         assignment_interval: float | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+        handover_wait: float = 0.5,
     ) -> Consumer:
         """A member of consumer group ``group_id`` reading ``streams``.
 
         ``async with client.consumer("g", ["orders"]) as consumer: async for msg in
-        consumer: ...``. Partitions are assigned by the group coordinator; positions are
-        checkpointed to cursors every ``auto_checkpoint_interval`` seconds (None: only on
-        ``await consumer.checkpoint()``) and on close. A partition without a stored
-        position starts at ``start_position`` (EARLIEST, LATEST or NEW_ONLY; None makes
-        it an error). ``assignment_interval`` overrides the heartbeat interval the
-        server suggests (40% of its consumer timeout).
+        consumer: ...`` (or ``getmany``). Partitions are assigned by the group
+        coordinator. Positions are committed to cursors every
+        ``auto_checkpoint_interval`` seconds, when a partition is handed to another
+        member and on close; with None, commits are manual: only
+        ``await consumer.commit()`` stores positions. A partition without a stored
+        position starts at ``start_position`` (EARLIEST, LATEST or NEW_ONLY; None
+        makes it an error). ``assignment_interval`` overrides the heartbeat interval
+        the server suggests (40% of its consumer timeout). ``listener`` is told of
+        partitions assigned and revoked. ``handover_wait`` is how long a member taking
+        a partition over waits for the previous owner's last commit before it reads.
         """
         from .groups import Consumer
 
@@ -482,6 +498,8 @@ class Client:
             start_position=start_position,
             assignment_interval=assignment_interval,
             resubscribe_wait=self._resubscribe_wait,
+            listener=listener,
+            handover_wait=handover_wait,
         )
         self._consumers.add(consumer)
         return consumer

@@ -26,10 +26,16 @@ __all__ = [
     "CursorsDisabledError",
     "cursor_partition",
     "fetch_cursor",
+    "group_cursor_id",
     "set_cursor",
 ]
 
 CURSORS_STREAM = "__cursors"
+
+
+def group_cursor_id(group_id: str) -> str:
+    """The cursor id under which a group's positions are stored (as the Go client does)."""
+    return f"__group:{group_id}"
 
 
 def cursor_partition(cursor_id: str, stream: str, partition: int, partitions: int) -> int:

@@ -60,6 +60,7 @@ __all__ = [
     "NoStoredPositionError",
     "NoSuchPartitionError",
     "NoSuchStreamError",
+    "NotAssignedError",
     "NotConnectedError",
     "NotLeaderError",
     "PartitionPausedError",
@@ -328,6 +329,11 @@ class ConsumerGroupError(RpcError, RemoteError):
 class NoStoredPositionError(LocalError):
     """A group member got a partition with no stored position and no start position to
     fall back on (``start_position=None``); set a cursor or a start position."""
+
+
+class NotAssignedError(InvalidArgumentError):
+    """The partition is not assigned to this consumer-group member (see
+    ``Consumer.assignments``): it cannot be sought, paused or asked its position."""
 
 
 class CursorsDisabledError(RemoteError):

@@ -1,20 +1,28 @@
 """Consumer groups: members share a set of streams' partitions and their positions.
 
-Protocol (Liftbridge's, beta in v1.9.0): a member joins the group for some streams;
-the group's coordinator broker assigns partitions. Fetching assignments from the
-coordinator is also the member's heartbeat; it must carry the group's current epoch,
-so a rebalance shows up as an epoch error, after which the member reads the new epoch
-and coordinator from the metadata. Each assigned partition is read with a Subscribe
-that names the member (group, epoch, consumer id), which lets the server replace an
-older member's stream. Positions are stored as cursors named ``__group:<group id>``,
-so a partition handed to another member resumes after the last checkpoint. A member
-that cannot reach the coordinator for the coordinator timeout reports it, and the
-cluster picks a new one once most members did.
+The :class:`Consumer` follows aiokafka's consumer where Liftbridge's model allows it:
+``async for`` or :meth:`~Consumer.getmany` / :meth:`~Consumer.getone`, ``seek``,
+``position`` / ``committed``, ``pause`` / ``resume`` of single partitions, a
+:class:`ConsumerRebalanceListener`, manual :meth:`~Consumer.commit` beside the
+periodic one, and :meth:`~Consumer.lag`.
 
-Delivery is at least once: a message delivered but not yet checkpointed when its
-partition moves is delivered again by the new owner. Closing a consumer checkpoints
-before it leaves the group, so a group that changes members while no message is in
-flight delivers every message exactly once.
+Where Liftbridge differs (beta in v1.9.0):
+
+- A group coordinator broker assigns partitions and bumps the group *epoch* on every
+  membership change; a member hears of a rebalance at its next heartbeat (or when
+  another member's subscription ends its stream), not in a join/sync round as in
+  Kafka. There is no "revoke, then assign" barrier across members.
+- Positions are stored as cursors named ``__group:<group id>`` and a cursor holds the
+  offset of the last message *processed*; the aiokafka-style calls here speak of the
+  next offset to read, as Kafka does (``committed()`` is the cursor + 1).
+- The server reports no partition's oldest offset, so a partition read from the
+  earliest message has position 0 until its first message is buffered.
+
+Delivery: positions move as messages are delivered. With the periodic checkpoint on
+(the default), a member commits what it delivered every few seconds, when it loses
+a partition and when it closes, and a member taking a partition over waits briefly
+for that last commit: a group whose members come and go delivers each message once.
+A member that dies delivers again what it had not committed (at least once).
 """
 
 # Per-call ``timeout`` arguments are part of the public API (seconds, retries included).
@@ -23,61 +31,89 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
+import inspect
+import logging
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections import deque
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from . import cursors
+from ._fetcher import Fetcher, PartitionState
+from ._membership import Membership
 from ._proto import api_pb2
-from .errors import (
-    ClientClosedError,
-    InvalidArgumentError,
-    LiftbridgeError,
-    NoStoredPositionError,
-    RpcError,
-)
+from .cursors import group_cursor_id
+from .errors import ClientClosedError, InvalidArgumentError, LiftbridgeError, NotAssignedError
+from .lag import PartitionLag, group_lag
 from .messages import Message, StartPosition
-from .subscription import Subscription, subscription_options
 
 if TYPE_CHECKING:
-    from ._router import Router, Stub
+    from ._router import Router
 
-__all__ = ["Consumer", "group_cursor_id"]
+__all__ = [
+    "Consumer",
+    "ConsumerRebalanceListener",
+    "StreamPartition",
+    "group_cursor_id",
+]
 
-PartitionKey = tuple[str, int]
+_log = logging.getLogger("liftbridge_nats.groups")
 
-
-def group_cursor_id(group_id: str) -> str:
-    """The cursor id under which a group's positions are stored (as the Go client does)."""
-    return f"__group:{group_id}"
-
-
-@dataclass(slots=True)
-class _Reader:
-    """One assigned partition being read."""
-
-    epoch: int
-    task: asyncio.Task[None] | None = None
-    subscription: Subscription | None = None
-    generation: int = 0
+# Messages the iteration takes from one partition before it looks at the next.
+_ITER_BATCH = 256
 
 
-@dataclass(slots=True)
-class _Membership:
-    coordinator: str
-    epoch: int
-    consumer_timeout: float
-    coordinator_timeout: float
-    last_contact: float = field(default_factory=time.monotonic)
+class StreamPartition(NamedTuple):
+    """A partition of a stream: aiokafka's ``TopicPartition`` (a plain tuple too)."""
+
+    stream: str
+    partition: int
+
+
+class ConsumerRebalanceListener:
+    """Told when partitions are assigned to this member or taken from it.
+
+    Subclass it and pass it as ``listener`` to :meth:`Client.consumer`. Either method
+    may be a coroutine. They run in the consumer's heartbeat task: keep them short,
+    or the coordinator may consider the member gone.
+
+    ``on_partitions_revoked`` runs once the partitions' reading has stopped and,
+    with the periodic checkpoint on, after their delivered positions were committed:
+    the place to flush state kept per partition, or to :meth:`Consumer.commit` with
+    manual commits. Unlike Kafka, the partitions may already be read by their new
+    owner then (Liftbridge hands them over without waiting): a commit made here is
+    seen by the new owner only if it lands within the consumer's ``handover_wait``.
+    ``on_partitions_assigned`` runs before the new partitions are read: a ``seek``
+    made there decides where they start.
+    """
+
+    def on_partitions_revoked(self, revoked: set[StreamPartition]) -> Awaitable[None] | None:
+        """Partitions this member no longer reads."""
+        return None
+
+    def on_partitions_assigned(self, assigned: set[StreamPartition]) -> Awaitable[None] | None:
+        """Partitions this member reads from now on."""
+        return None
+
+
+def _key(partition: object) -> StreamPartition:
+    if (
+        isinstance(partition, tuple)
+        and len(partition) == 2
+        and isinstance(partition[0], str)
+        and isinstance(partition[1], int)
+        and not isinstance(partition[1], bool)
+    ):
+        return StreamPartition(partition[0], partition[1])
+    raise TypeError(f"a partition is a (stream, partition) tuple, got {partition!r}")
 
 
 class Consumer:
     """A consumer-group member; see the module docstring and :meth:`Client.consumer`.
 
     ``async with client.consumer(group, streams) as consumer: async for msg in
-    consumer: ...``. ``assignments`` tells which partitions it holds now.
+    consumer: ...``, or ``batches = await consumer.getmany(timeout=1.0)``.
+    ``assignments`` tells which partitions it holds now.
     """
 
     def __init__(
@@ -91,7 +127,8 @@ class Consumer:
         start_position: StartPosition | None = StartPosition.EARLIEST,
         assignment_interval: float | None = None,
         resubscribe_wait: float = 30.0,
-        buffer: int = 256,
+        listener: ConsumerRebalanceListener | None = None,
+        handover_wait: float = 0.5,
     ) -> None:
         if not group_id:
             raise InvalidArgumentError("group_id must not be empty")
@@ -108,25 +145,43 @@ class Consumer:
             raise InvalidArgumentError("auto_checkpoint_interval must be > 0 (or None)")
         if assignment_interval is not None and assignment_interval <= 0:
             raise InvalidArgumentError("assignment_interval must be > 0 (or None)")
+        if handover_wait < 0:
+            raise InvalidArgumentError("handover_wait must be >= 0 seconds")
+        if listener is not None and not isinstance(listener, ConsumerRebalanceListener):
+            raise TypeError("listener must be a ConsumerRebalanceListener")
         self.group_id = group_id
         self.consumer_id = consumer_id or uuid.uuid4().hex
         self.streams = tuple(streams)
         self.cursor_id = group_cursor_id(group_id)
         self._router = router
         self._auto_checkpoint = auto_checkpoint_interval
-        self._start_position = start_position
-        self._assignment_interval = assignment_interval
-        self._resubscribe_wait = resubscribe_wait
-        self._queue: asyncio.Queue[tuple[PartitionKey, int, Message] | BaseException | None] = (
-            asyncio.Queue(maxsize=buffer)
+        self._listener = listener
+        self._membership = Membership(
+            router,
+            group_id,
+            self.consumer_id,
+            self.streams,
+            assignment_interval=assignment_interval,
         )
-        self._readers: dict[PartitionKey, _Reader] = {}
-        self._positions: dict[PartitionKey, int] = {}
-        self._committed: dict[PartitionKey, int] = {}
-        self._membership: _Membership | None = None
+        self._fetcher = Fetcher(
+            router,
+            group=api_pb2.Consumer(groupId=group_id, consumerId=self.consumer_id),
+            cursor_id=self.cursor_id,
+            start_position=start_position,
+            resubscribe_wait=resubscribe_wait,
+            handover_wait=handover_wait,
+            on_lost=self._on_lost,
+        )
+        # Partitions being handed back: commit() still finds them while the revoke
+        # listener runs.
+        self._revoking: dict[tuple[str, int], PartitionState] = {}
+        # What the iteration took and has not delivered yet, partition by partition.
+        self._batches: deque[tuple[PartitionState, list[Message]]] = deque()
+        self._batch_pos = 0
         self._tasks: list[asyncio.Task[None]] = []
-        self._generation = 0
-        self._checkpoint_lock = asyncio.Lock()
+        self._commit_lock = asyncio.Lock()
+        self._reconcile_lock = asyncio.Lock()
+        self._started = False
         self._closed = False
         self._assigned = asyncio.Event()
 
@@ -135,22 +190,27 @@ class Consumer:
     @property
     def epoch(self) -> int | None:
         """The group epoch of the current assignment (None before joining)."""
-        return None if self._membership is None else self._membership.epoch
+        return self._membership.epoch if self._membership.joined else None
 
     @property
     def coordinator(self) -> str | None:
         """Broker id of the group's coordinator, as last seen."""
-        return None if self._membership is None else self._membership.coordinator
+        return self._membership.coordinator if self._membership.joined else None
 
     @property
-    def assignments(self) -> frozenset[PartitionKey]:
-        """The (stream, partition) pairs this member reads now."""
-        return frozenset(self._readers)
+    def assignments(self) -> frozenset[StreamPartition]:
+        """The partitions this member reads now."""
+        return frozenset(StreamPartition(*key) for key in self._fetcher.parts)
 
     @property
-    def positions(self) -> dict[PartitionKey, int]:
-        """Offset of the last message delivered per partition (a copy)."""
-        return dict(self._positions)
+    def positions(self) -> dict[tuple[str, int], int]:
+        """Offset of the last message delivered (or committed, before any delivery)
+        per assigned partition (a copy)."""
+        return {key: p.last for key, p in self._fetcher.parts.items() if p.last is not None}
+
+    def paused(self) -> frozenset[StreamPartition]:
+        """The partitions paused with :meth:`pause`."""
+        return frozenset(StreamPartition(*k) for k, p in self._fetcher.parts.items() if p.paused)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -163,19 +223,21 @@ class Consumer:
 
     async def start(self) -> None:
         """Join the group and start reading what it assigns."""
-        if self._membership is not None:
-            return
         if self._closed:
             raise ClientClosedError("this consumer is closed; create a new one")
-        await self._join()
+        if self._started:
+            return
+        self._started = True
+        await self._membership.join()
         with contextlib.suppress(LiftbridgeError):
-            await self._fetch_assignments()
+            await self._heartbeat()
         self._tasks.append(asyncio.ensure_future(self._heartbeat_loop()))
         if self._auto_checkpoint is not None:
             self._tasks.append(asyncio.ensure_future(self._checkpoint_loop(self._auto_checkpoint)))
 
     async def close(self) -> None:
-        """Stop reading, checkpoint what was delivered, and leave the group (idempotent)."""
+        """Stop reading, commit what was delivered (unless commits are manual: see
+        :meth:`Client.consumer`), tell the listener, and leave the group (idempotent)."""
         if self._closed:
             return
         self._closed = True
@@ -183,253 +245,419 @@ class Consumer:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self._stop_readers(list(self._readers))
+        parts = self._fetcher.detach(list(self._fetcher.parts))
+        self._batches.clear()
+        self._fetcher.wake()  # an iteration waiting for messages ends
+        await self._fetcher.stop(parts)
         try:
-            with contextlib.suppress(LiftbridgeError):
-                await self.checkpoint()
-            if self._membership is not None:
+            if self._auto_checkpoint is not None:
                 with contextlib.suppress(LiftbridgeError):
-                    await self._leave()
+                    await self._commit_parts(parts)
+            if parts and self._listener is not None:
+                await self._call_listener(
+                    "on_partitions_revoked", {StreamPartition(*p.key) for p in parts}
+                )
+            if self._membership.joined:
+                with contextlib.suppress(LiftbridgeError):
+                    await self._membership.leave()
         finally:
-            self._membership = None
-            # Wake an iteration waiting for messages.
-            while not self._queue.empty():
-                self._queue.get_nowait()
-            self._queue.put_nowait(None)
+            self._membership.joined = False
 
-    async def checkpoint(self) -> None:
-        """Store the position of every partition that moved since the last checkpoint."""
-        async with self._checkpoint_lock:
-            for key, offset in list(self._positions.items()):
-                if self._committed.get(key) == offset:
-                    continue
-                stream, partition = key
-                await cursors.set_cursor(self._router, self.cursor_id, stream, partition, offset)
-                self._committed[key] = offset
-
-    async def wait_for_assignment(self, timeout: float | None = None) -> frozenset[PartitionKey]:
+    async def wait_for_assignment(self, timeout: float | None = None) -> frozenset[StreamPartition]:
         """Wait until the coordinator has assigned this member at least one partition."""
         await asyncio.wait_for(self._assigned.wait(), timeout)
         return self.assignments
 
-    # ------------------------------------------------------------------ iteration
+    # ------------------------------------------------------------------ reading
 
     def __aiter__(self) -> Consumer:
         return self
 
     async def __anext__(self) -> Message:
+        batches = self._batches
         while True:
-            if self._closed and self._queue.empty():
+            while batches:
+                part, messages = batches[0]
+                index = self._batch_pos
+                if index < len(messages):
+                    message = messages[index]
+                    self._batch_pos = index + 1
+                    part.last = message.offset
+                    return message
+                batches.popleft()
+                self._batch_pos = 0
+            if self._closed:
                 raise StopAsyncIteration
-            item = await self._queue.get()
-            if item is None:
-                raise StopAsyncIteration
-            if isinstance(item, BaseException):
-                raise item
-            key, generation, msg = item
-            reader = self._readers.get(key)
-            if reader is None or reader.generation != generation:
-                continue  # read before a rebalance took the partition away
-            self._positions[key] = msg.offset
-            return msg
+            got = self._fetcher.collect(None, _ITER_BATCH)
+            if got:
+                batches.extend(got)
+            else:
+                await self._fetcher.wait(None)
+
+    async def getmany(
+        self,
+        *partitions: tuple[str, int],
+        timeout: float = 0.0,
+        max_records: int | None = None,
+    ) -> dict[StreamPartition, list[Message]]:
+        """Messages per partition: what is buffered now, or the first to arrive within
+        ``timeout`` seconds (0: do not wait). ``partitions`` limits which (default:
+        all assigned, paused ones excepted); ``max_records`` bounds the total.
+
+        As in aiokafka, every message returned counts as delivered: its offset is the
+        partition's position and what :meth:`commit` stores. Raises the error of a
+        partition that cannot be read (a deleted stream, say), and
+        :class:`ClientClosedError` once the consumer is closed.
+        """
+        if self._closed:
+            raise ClientClosedError("this consumer is closed; create a new one")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
+            raise InvalidArgumentError("timeout must be >= 0 seconds")
+        if max_records is not None and (
+            isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1
+        ):
+            raise InvalidArgumentError("max_records must be an int >= 1 (or None)")
+        keys = frozenset(_key(p) for p in partitions) if partitions else None
+        limit = max_records if max_records is not None else 2**62
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        result: dict[StreamPartition, list[Message]] = {}
+        while True:
+            got = self._drain_iteration(keys, limit)
+            got += self._fetcher.collect(keys, limit - len(got))
+            for part, messages in got:
+                part.last = messages[-1].offset
+                result.setdefault(StreamPartition(*part.key), []).extend(messages)
+            if result or self._closed:
+                return result
+            left = deadline - loop.time()
+            if left <= 0:
+                return result
+            await self._fetcher.wait(left)
+
+    def _drain_iteration(
+        self, keys: frozenset[tuple[str, int]] | None, limit: int
+    ) -> list[tuple[PartitionState, list[Message]]]:
+        """What ``async for`` took and did not deliver goes first (mixing both is fine)."""
+        out: list[tuple[PartitionState, list[Message]]] = []
+        kept: deque[tuple[PartitionState, list[Message]]] = deque()
+        first = True
+        while self._batches:
+            part, messages = self._batches.popleft()
+            if first:
+                messages = messages[self._batch_pos :]
+                self._batch_pos = 0
+                first = False
+            if limit <= 0 or (keys is not None and part.key not in keys):
+                kept.append((part, messages))
+                continue
+            out.append((part, messages[:limit]))
+            if len(messages) > limit:
+                kept.append((part, messages[limit:]))
+            limit -= len(out[-1][1])
+        self._batches.extend(kept)  # in place: a waiting __anext__ holds the deque
+        return [(p, m) for p, m in out if m]
+
+    async def getone(self, *partitions: tuple[str, int]) -> Message:
+        """The next message (of ``partitions``, default all), waiting as long as it takes."""
+        while True:
+            got = await self.getmany(*partitions, timeout=3600.0, max_records=1)
+            for messages in got.values():
+                return messages[0]
+
+    # ------------------------------------------------------------------ positions
+
+    def _part(self, partition: tuple[str, int]) -> PartitionState:
+        key = _key(partition)
+        part = self._fetcher.parts.get(key)
+        if part is None:
+            raise NotAssignedError(
+                f"partition {key.partition} of stream {key.stream!r} is not assigned to "
+                f"consumer {self.consumer_id!r}; see consumer.assignments"
+            )
+        return part
+
+    def _forget_taken(self, part: PartitionState) -> None:
+        """Drop what the iteration took from ``part`` and did not deliver."""
+        batches = self._batches  # changed in place: a waiting __anext__ holds it
+        if batches and batches[0][0] is part:
+            self._batch_pos = 0  # the batch being delivered goes
+        kept = [(p, m) for p, m in batches if p is not part]
+        batches.clear()
+        batches.extend(kept)
+
+    def seek(self, partition: tuple[str, int], offset: int) -> None:
+        """Deliver ``partition`` from ``offset`` next (read ahead messages are dropped).
+
+        An offset past the end waits for that message; one before the oldest still
+        stored starts at the oldest. Commits are not changed until the next commit.
+        """
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise InvalidArgumentError(f"offset must be an int >= 0, got {offset!r}")
+        part = self._part(partition)
+        self._forget_taken(part)
+        self._fetcher.seek(part, offset)
+
+    async def seek_to_beginning(self, *partitions: tuple[str, int]) -> None:
+        """Deliver these partitions (default: all assigned) from their oldest message."""
+        for part in self._parts(partitions):
+            self._forget_taken(part)
+            self._fetcher.seek(part, StartPosition.EARLIEST)
+
+    async def seek_to_end(self, *partitions: tuple[str, int]) -> None:
+        """Deliver these partitions (default: all assigned) from the next message
+        published, as aiokafka does: the position becomes newest offset + 1."""
+        for part in self._parts(partitions):
+            newest = await self._fetcher._newest(part)
+            self._forget_taken(part)
+            self._fetcher.seek(part, newest + 1)
+
+    def _parts(self, partitions: tuple[tuple[str, int], ...]) -> list[PartitionState]:
+        if not partitions:
+            return list(self._fetcher.parts.values())
+        return [self._part(p) for p in partitions]
+
+    async def position(self, partition: tuple[str, int]) -> int:
+        """The offset of the next message this member will deliver from ``partition``.
+
+        Known once the partition's start is resolved: after a delivered message, a
+        seek, or a committed position; LATEST and NEW_ONLY starts resolve to offsets.
+        A partition read from the earliest message reports its first buffered offset,
+        and 0 before one arrives (Liftbridge does not report a partition's oldest
+        offset). Raises :class:`NotAssignedError` for a partition not assigned.
+        """
+        part = self._part(partition)
+        for index, (taker, messages) in enumerate(self._batches):
+            first = self._batch_pos if index == 0 else 0
+            if taker is part and first < len(messages):
+                return messages[first].offset
+        return self._fetcher.position(part)
+
+    async def committed(
+        self, partition: tuple[str, int], *, timeout: float | None = None
+    ) -> int | None:
+        """The group's committed position on ``partition`` as aiokafka gives it (the
+        next offset to read: Liftbridge's cursor + 1), None when none is stored.
+        Any partition of the group's streams, assigned here or not."""
+        key = _key(partition)
+        stored = await cursors.fetch_cursor(
+            self._router, self.cursor_id, key.stream, key.partition, timeout=timeout
+        )
+        return None if stored < 0 else stored + 1
+
+    async def commit(self, offsets: Mapping[tuple[str, int], int] | None = None) -> None:
+        """Commit positions now, beside (or instead of) the periodic checkpoint.
+
+        Without ``offsets``: the position of every partition that moved since its last
+        commit (as :meth:`checkpoint`). With ``offsets``, as in aiokafka, the next
+        offset to read per partition (stored as a cursor one below it); a partition
+        need not be assigned here.
+        """
+        if offsets is None:
+            async with self._commit_lock:
+                await self._commit_parts([*self._fetcher.parts.values(), *self._revoking.values()])
+            return
+        targets: dict[StreamPartition, int] = {}
+        for partition, offset in offsets.items():
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+                raise InvalidArgumentError(f"a committed offset is an int >= 0, got {offset!r}")
+            targets[_key(partition)] = offset - 1
+        async with self._commit_lock:
+            await asyncio.gather(
+                *(
+                    cursors.set_cursor(self._router, self.cursor_id, k.stream, k.partition, c)
+                    for k, c in targets.items()
+                )
+            )
+            for key, cursor in targets.items():
+                part = self._fetcher.parts.get(key) or self._revoking.get(key)
+                if part is not None:
+                    part.committed = cursor
+
+    async def checkpoint(self) -> None:
+        """Store the position of every partition that moved since the last commit."""
+        await self.commit()
+
+    async def _commit_parts(self, parts: list[PartitionState]) -> None:
+        moved = [p for p in parts if p.last is not None and p.last != p.committed]
+
+        async def one(part: PartitionState) -> None:
+            last = part.last
+            assert last is not None
+            stream, partition = part.key
+            await cursors.set_cursor(self._router, self.cursor_id, stream, partition, last)
+            part.committed = last
+
+        results = await asyncio.gather(*(one(p) for p in moved), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def lag(self, *, timeout: float | None = None) -> list[PartitionLag]:
+        """The group's lag on every partition of its streams (committed positions
+        against the newest offsets), as :func:`~liftbridge_nats.lag.consumer_lag` gives it."""
+        return await group_lag(self._router, self.group_id, self.streams, timeout=timeout)
+
+    # ------------------------------------------------------------------ flow
+
+    def pause(self, *partitions: tuple[str, int]) -> None:
+        """Stop delivering from these partitions until :meth:`resume`.
+
+        Client-side, as in aiokafka: reading stops once the partition's read-ahead is
+        full, and the server holds the rest. (Not Liftbridge's ``pause_stream``,
+        which stops a partition from recording.)
+        """
+        for partition in partitions:
+            part = self._part(partition)
+            part.paused = True
+            part.ready = False
+            taken = [m for p, m in self._batches if p is part]
+            if taken:
+                if self._batches[0][0] is part:
+                    taken[0] = taken[0][self._batch_pos :]
+                self._forget_taken(part)
+                part.pending = [m for batch in taken for m in batch] + part.pending
+
+    def resume(self, *partitions: tuple[str, int]) -> None:
+        """Deliver again from paused partitions."""
+        for partition in partitions:
+            part = self._part(partition)
+            if part.paused:
+                part.paused = False
+                self._fetcher.make_ready(part)
 
     # ------------------------------------------------------------------ group protocol
 
-    async def _join(self) -> None:
-        req = api_pb2.JoinConsumerGroupRequest(
-            groupId=self.group_id, consumerId=self.consumer_id, streams=list(self.streams)
-        )
-
-        async def call(stub: Stub, left: float) -> api_pb2.JoinConsumerGroupResponse:
-            return await stub.JoinConsumerGroup(req, timeout=left)
-
-        resp = await self._router.call_any(f"join consumer group {self.group_id!r}", call)
-        self._membership = _Membership(
-            coordinator=resp.coordinator,
-            epoch=resp.epoch,
-            consumer_timeout=resp.consumerTimeout / 1e9,
-            coordinator_timeout=resp.coordinatorTimeout / 1e9,
-        )
-
-    async def _leave(self) -> None:
-        req = api_pb2.LeaveConsumerGroupRequest(groupId=self.group_id, consumerId=self.consumer_id)
-
-        async def call(stub: Stub, left: float) -> None:
-            await stub.LeaveConsumerGroup(req, timeout=left)
-
-        await self._router.call_any(f"leave consumer group {self.group_id!r}", call)
-
-    def _interval(self) -> float:
-        if self._assignment_interval is not None:
-            return self._assignment_interval
-        timeout = self._membership.consumer_timeout if self._membership else 15.0
-        return max(0.1, 0.4 * timeout)
+    async def _heartbeat(self) -> None:
+        membership = self._membership
+        if not membership.joined:
+            await membership.join()  # a rejoin that failed last time
+        assigned, epoch = await membership.fetch_assignments()
+        await self._reconcile(assigned, epoch)
 
     async def _heartbeat_loop(self) -> None:
         while True:
-            await asyncio.sleep(self._interval())
+            await asyncio.sleep(self._membership.interval())
             try:
-                if self._membership is None:
-                    await self._join()  # a rejoin that failed last time
-                await self._fetch_assignments()
+                await self._heartbeat()
             except LiftbridgeError as exc:
                 # Errors here are the cluster's weather (fail-overs, rebalances): keep
                 # the member alive and try again at the next beat.
                 with contextlib.suppress(LiftbridgeError):
                     await self._recover(exc)
 
+    async def _recover(self, exc: LiftbridgeError) -> None:
+        """After a failed heartbeat: follow a new epoch or coordinator, rejoin, or report."""
+        membership = self._membership
+        if membership.evicted(exc):
+            # Evicted (missed heartbeats) or the group is gone: join again.
+            await self._release(list(self._fetcher.parts))
+            membership.joined = False
+            await membership.join()
+            return
+        # A rebalance (epoch) or a coordinator change: the metadata has the new values.
+        # Positions are committed first so that whoever takes a partition over
+        # resumes where this member stopped.
+        if self._auto_checkpoint is not None:
+            with contextlib.suppress(LiftbridgeError):
+                await self.commit()
+        if await membership.follow_metadata():
+            with contextlib.suppress(LiftbridgeError):
+                assigned, epoch = await membership.fetch_assignments()
+                await self._reconcile(assigned, epoch)
+            return
+        await membership.report_if_silent()
+
     async def _checkpoint_loop(self, interval: float) -> None:
         while True:
             await asyncio.sleep(interval)
             with contextlib.suppress(LiftbridgeError):
-                await self.checkpoint()
-
-    async def _fetch_assignments(self) -> None:
-        membership = self._membership
-        assert membership is not None
-        req = api_pb2.FetchConsumerGroupAssignmentsRequest(
-            groupId=self.group_id, consumerId=self.consumer_id, epoch=membership.epoch
-        )
-
-        async def call(stub: Stub, left: float) -> api_pb2.FetchConsumerGroupAssignmentsResponse:
-            return await stub.FetchConsumerGroupAssignments(req, timeout=left)
-
-        resp = await self._router.call_broker(
-            f"fetch assignments of group {self.group_id!r}",
-            membership.coordinator,
-            call,
-            timeout=max(1.0, membership.consumer_timeout / 2),
-        )
-        membership.last_contact = time.monotonic()
-        assigned = {(a.stream, p) for a in resp.assignments for p in a.partitions}
-        await self._reconcile(assigned, resp.epoch)
-
-    async def _recover(self, exc: LiftbridgeError) -> None:
-        """After a failed heartbeat: follow a new epoch or coordinator, rejoin, or report."""
-        membership = self._membership
-        if membership is None:
-            return
-        text = str(exc).lower()
-        if (isinstance(exc, RpcError) and exc.code == "NOT_FOUND") or "not a member" in text:
-            # Evicted (missed heartbeats) or the group is gone: join again.
-            await self._release(list(self._readers))
-            self._membership = None
-            await self._join()
-            return
-        # A rebalance (epoch) or a coordinator change: the metadata has the new values.
-        # Positions are checkpointed first so that whoever takes a partition over
-        # resumes where this member stopped.
-        with contextlib.suppress(LiftbridgeError):
-            await self.checkpoint()
-        try:
-            md = await self._router.fetch_metadata([], [self.group_id])
-        except LiftbridgeError:
-            md = None
-        group = None if md is None else md.groups.get(self.group_id)
-        if group is not None and (group.coordinator, group.epoch) != (
-            membership.coordinator,
-            membership.epoch,
-        ):
-            membership.coordinator, membership.epoch = group.coordinator, group.epoch
-            with contextlib.suppress(LiftbridgeError):
-                await self._fetch_assignments()
-            return
-        if time.monotonic() - membership.last_contact > membership.coordinator_timeout:
-            await self._report_coordinator(membership)
-
-    async def _report_coordinator(self, membership: _Membership) -> None:
-        req = api_pb2.ReportConsumerGroupCoordinatorRequest(
-            groupId=self.group_id,
-            consumerId=self.consumer_id,
-            coordinator=membership.coordinator,
-            epoch=membership.epoch,
-        )
-
-        async def call(stub: Stub, left: float) -> None:
-            await stub.ReportConsumerGroupCoordinator(req, timeout=left)
-
-        with contextlib.suppress(LiftbridgeError):
-            await self._router.call_any(f"report coordinator of {self.group_id!r}", call)
+                await self.commit()
 
     # ------------------------------------------------------------------ partitions
 
-    async def _reconcile(self, assigned: set[PartitionKey], epoch: int) -> None:
-        dropped = [key for key in self._readers if key not in assigned]
-        if dropped:
-            await self._release(dropped)
-        for key in assigned:
-            reader = self._readers.get(key)
-            if reader is not None and reader.task is not None and not reader.task.done():
-                continue  # keep reading; the stream's older epoch stays valid for us
-            self._generation += 1
-            reader = _Reader(epoch=epoch, generation=self._generation)
-            self._readers[key] = reader
-            reader.task = asyncio.ensure_future(self._read(key, reader))
-        if assigned:
-            self._assigned.set()
+    async def _reconcile(self, assigned: set[tuple[str, int]], epoch: int) -> None:
+        async with self._reconcile_lock:
+            if self._closed:
+                return
+            parts = self._fetcher.parts
+            dropped = [key for key in parts if key not in assigned]
+            if dropped:
+                await self._release(dropped)
+            new: list[PartitionState] = []
+            fresh: set[StreamPartition] = set()
+            for key in sorted(assigned):
+                previous = parts.get(key)
+                if previous is not None and previous.alive:
+                    continue  # keep reading; the stream's older epoch stays valid for us
+                new.append(self._fetcher.add(key, epoch, previous))
+                if previous is None:
+                    fresh.add(StreamPartition(*key))
+            if fresh and self._listener is not None:
+                await self._call_listener("on_partitions_assigned", fresh)
+            for part in new:
+                if self._fetcher.parts.get(part.key) is part:
+                    self._fetcher.start(part)
+            if assigned:
+                self._assigned.set()
 
-    async def _release(self, keys: list[PartitionKey]) -> None:
-        """Hand partitions back: stop reading, commit what was delivered, forget them.
+    def _on_lost(self, part: PartitionState) -> None:
+        """The server ended a partition's stream: another member took it over. What
+        the iteration took from it is not delivered; the rest of the hand-back (the
+        commit the new owner waits for) follows at once in a task."""
+        self._forget_taken(part)
+        task = asyncio.ensure_future(self._hand_back(part))
+        self._tasks.append(task)
+        task.add_done_callback(self._forget_task)
 
-        Forgetting matters: a later checkpoint must not write this member's old
-        position over the one the partition's new owner commits.
+    async def _hand_back(self, part: PartitionState) -> None:
+        # The new owner reads the committed position again ``handover_wait`` after it
+        # took the partition: commit first, before anything else can delay it.
+        if self._auto_checkpoint is not None:
+            with contextlib.suppress(LiftbridgeError):
+                await self._commit_parts([part])
+        await self._release([part.key])
+
+    def _forget_task(self, task: asyncio.Task[None]) -> None:
+        if task in self._tasks:
+            self._tasks.remove(task)
+
+    async def _release(self, keys: list[tuple[str, int]]) -> None:
+        """Hand partitions back: stop reading, commit what was delivered, tell the
+        listener, forget them.
+
+        Forgetting matters: a later commit must not write this member's old position
+        over the one the partition's new owner commits.
         """
-        await self._stop_readers(keys)
-        async with self._checkpoint_lock:
-            for key in keys:
-                offset = self._positions.pop(key, None)
-                committed = self._committed.pop(key, None)
-                if offset is not None and offset != committed:
-                    stream, partition = key
-                    with contextlib.suppress(LiftbridgeError):
-                        await cursors.set_cursor(
-                            self._router, self.cursor_id, stream, partition, offset
-                        )
-
-    async def _stop_readers(self, keys: list[PartitionKey]) -> None:
-        readers = [self._readers.pop(key) for key in keys if key in self._readers]
-        for reader in readers:
-            if reader.task is not None:
-                reader.task.cancel()
-        await asyncio.gather(
-            *(r.task for r in readers if r.task is not None), return_exceptions=True
-        )
-        for reader in readers:
-            if reader.subscription is not None:
-                await reader.subscription.aclose()
-
-    async def _start_options(self, key: PartitionKey) -> dict[str, object]:
-        stream, partition = key
-        stored = await cursors.fetch_cursor(self._router, self.cursor_id, stream, partition)
-        local = self._positions.get(key, -1)
-        last = max(stored, local)
-        if last >= 0:
-            return {"start_offset": last + 1}
-        if self._start_position is None:
-            raise NoStoredPositionError(
-                f"no stored position for {stream!r}/{partition} in group {self.group_id!r} "
-                "and start_position is None; set a start position or a cursor",
-            )
-        return {"start_position": self._start_position}
-
-    async def _read(self, key: PartitionKey, reader: _Reader) -> None:
-        stream, partition = key
+        for key in keys:
+            part = self._fetcher.parts.get(key)
+            if part is not None:
+                self._forget_taken(part)
+        parts = self._fetcher.detach(keys)
+        if not parts:
+            return
+        await self._fetcher.stop(parts)
+        for part in parts:
+            self._revoking[part.key] = part
         try:
-            start = await self._start_options(key)
-            options = subscription_options(stream, partition=partition, **start)  # type: ignore[arg-type]
-            group = api_pb2.Consumer(
-                groupId=self.group_id, groupEpoch=reader.epoch, consumerId=self.consumer_id
-            )
-            sub = Subscription(
-                self._router, options, resubscribe_wait=self._resubscribe_wait, group=group
-            )
-            reader.subscription = sub
-            async with sub:
-                async for msg in sub:
-                    await self._queue.put((key, reader.generation, msg))
-        except LiftbridgeError as exc:
-            # A passing failure ends this reader and the next heartbeat starts a new
-            # one; anything else (a deleted stream, no start position) is the
-            # caller's to see, unless the partition was taken away meanwhile.
-            if not exc.retriable and self._readers.get(key) is reader:
-                await self._queue.put(exc)
+            if self._auto_checkpoint is not None:
+                async with self._commit_lock:
+                    with contextlib.suppress(LiftbridgeError):
+                        await self._commit_parts(parts)
+            if self._listener is not None:
+                await self._call_listener(
+                    "on_partitions_revoked", {StreamPartition(*p.key) for p in parts}
+                )
+        finally:
+            for part in parts:
+                if self._revoking.get(part.key) is part:
+                    del self._revoking[part.key]
+
+    async def _call_listener(self, name: str, partitions: set[StreamPartition]) -> None:
+        try:
+            result = getattr(self._listener, name)(partitions)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            # As aiokafka does: a failing listener is reported and the consumer goes on.
+            _log.exception("consumer %s: %s failed", self.consumer_id, name)

@@ -11,7 +11,8 @@ A group commits, per partition, the offset of the last message it processed (a c
 named ``__group:<group id>``; -1 when it never committed). The lag is the newest offset
 of the partition minus that position: the messages written that the group has not
 processed yet (messages removed by retention meanwhile are counted too). The command
-line's ``group describe`` shows the same rows.
+line's ``group describe`` and :meth:`Consumer.lag() <liftbridge_nats.groups.Consumer.lag>`
+give the same rows, from the same function.
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from . import cursors
 from ._args import checked_name
-from .groups import group_cursor_id
+from .errors import NoSuchStreamError
 
 if TYPE_CHECKING:
+    from ._router import Router
     from .client import Client
 
-__all__ = ["PartitionLag", "consumer_lag", "partition_lag"]
+__all__ = ["PartitionLag", "consumer_lag", "group_lag", "partition_lag"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,18 +63,33 @@ async def consumer_lag(
     (fetched concurrently). Raises :class:`~liftbridge_nats.errors.NoSuchStreamError`
     for a stream that does not exist.
     """
+    return await group_lag(client._router, group_id, streams, timeout=timeout)
+
+
+async def group_lag(
+    router: Router, group_id: str, streams: str | Sequence[str], *, timeout: float | None = None
+) -> list[PartitionLag]:
+    """:func:`consumer_lag` on the client's router (what a consumer holds)."""
     checked_name(group_id, "group id")
     names = [streams] if isinstance(streams, str) else list(streams)
     for name in names:
         checked_name(name, "stream name")
-    cursor_id = group_cursor_id(group_id)
+    cursor_id = cursors.group_cursor_id(group_id)
+    metadata = await router.fetch_metadata(names, timeout=timeout)
     rows: list[tuple[str, int, int]] = []
     for name in names:
-        info = await client.stream_info(name, refresh=True)
+        info = metadata.streams.get(name)
+        if info is None:
+            raise NoSuchStreamError(
+                f"no stream {name!r} in the cluster; create it first", code="NOT_FOUND"
+            )
         for pid in sorted(info.partitions):
             rows.append((name, pid, info.partitions[pid].newest_offset))
     committed = await asyncio.gather(
-        *(client.fetch_cursor(cursor_id, name, pid, timeout=timeout) for name, pid, _ in rows)
+        *(
+            cursors.fetch_cursor(router, cursor_id, name, pid, timeout=timeout)
+            for name, pid, _ in rows
+        )
     )
     return [
         PartitionLag(group_id, name, pid, done, newest, partition_lag(newest, done))

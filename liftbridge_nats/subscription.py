@@ -1,11 +1,11 @@
 """Reading a stream partition: Subscribe as an async iterator that survives fail-over.
 
 The server answers a Subscribe with one empty message once the subscription exists
-(or with an error status instead), then streams the partition. A reader thread per
-subscription reads the stream ahead into a small bounded buffer (see
-:mod:`._stream_reader`, which says why a thread); when the buffer is full the thread
-stops reading, so a slow consumer holds the server back through gRPC flow control
-instead of filling memory here.
+(or with an error status instead), then streams the partition. The event loop reads
+the stream ahead into a small bounded buffer (see :mod:`._stream_reader`), over one
+HTTP/2 connection per broker shared by every subscription to it (:mod:`._read_pool`);
+when the buffer is full the server is held back by flow control, so a slow consumer
+costs the server's patience, not memory here.
 
 When the stream breaks (the leader died, lost leadership, or the connection dropped)
 the iterator refreshes the metadata and subscribes again at the offset after the last
@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -63,6 +65,8 @@ _STOP_PB = {
     StopPosition.LATEST: api_pb2.STOP_LATEST,
     StopPosition.TIMESTAMP: api_pb2.STOP_TIMESTAMP,
 }
+# Serial numbers of group-member subscriptions (see Subscription._request).
+_SUBSCRIPTIONS = itertools.count(1)
 # The server says this when a stop position lies before the start: an empty range.
 _EMPTY_RANGE = "stop offset is before start offset"
 
@@ -202,9 +206,9 @@ def subscription_options(
 
 
 def _cancel_all(readers: list[StreamReader]) -> None:
-    """Finalizer of a Subscription dropped unclosed: stop its reader threads."""
+    """Finalizer of a Subscription dropped unclosed: cancel its calls."""
     for reader in readers:
-        reader.cancel()
+        reader.cancel_threadsafe()
 
 
 class _Resubscribe(Exception):
@@ -224,9 +228,9 @@ class Subscription:
     (the first ``__anext__`` does it otherwise), which makes NEW_ONLY subscriptions
     see everything published after it returns.
 
-    Each open subscription has one thread that reads ahead of the iteration, at most
-    a few thousand messages or a few MiB of values; ``aclose()`` (and closing the
-    client) stops it.
+    An open subscription reads ahead of the iteration, at most about 4096 messages
+    and 4 MiB; it needs no thread of its own (every subscription is read by the event
+    loop). ``aclose()`` (and closing the client) ends the server stream.
     """
 
     def __init__(
@@ -236,6 +240,7 @@ class Subscription:
         *,
         resubscribe_wait: float = 30.0,
         group: api_pb2.Consumer | None = None,
+        listener: Callable[[], object] | None = None,
     ) -> None:
         self.options = options
         self._router = router
@@ -247,11 +252,15 @@ class Subscription:
         # The reader of the current server stream. Messages wait in its buffer, so a
         # cancelled __anext__ (say, under asyncio.wait_for) loses none.
         self._reader: StreamReader | None = None
-        # Every reader whose thread may still run (the current one included): aclose()
-        # waits for them, and a Subscription dropped unclosed cancels them.
+        # Every reader whose call may still run (the current one included): aclose()
+        # ends them, and a Subscription dropped unclosed cancels them.
         self._readers: list[StreamReader] = []
         weakref.finalize(self, _cancel_all, self._readers).atexit = False
         self._last_offset: int | None = None
+        # An error met by _take_many after some messages: raised by the next take.
+        self._error: LiftbridgeError | None = None
+        # Called (on the event loop) whenever the current stream has something new.
+        self._listener: Callable[[], object] | None = listener
         self._done = False
         self._started = False
         self.resubscribes = 0
@@ -282,25 +291,28 @@ class Subscription:
             await self._open(first=True)
 
     async def aclose(self) -> None:
-        """Stop reading, close the server stream and wait for its reader (idempotent)."""
+        """Stop reading and close the server stream (idempotent)."""
+        self._abandon()
+
+    def _abandon(self) -> None:
+        """End the iteration now and cancel every call (no I/O to wait for)."""
         self._done = True
         self._drop_reader()
         for reader in self._readers:
             reader.cancel()  # a subscribe in progress in another task too
-        await self._reap()
+        self._readers.clear()
 
     def _drop_reader(self) -> None:
-        """Cancel the current stream; its thread ends soon and _reap() collects it."""
+        """Cancel the current stream and forget it."""
         reader, self._reader = self._reader, None
         if reader is not None:
             reader.cancel()
-
-    async def _reap(self) -> None:
-        """Wait for the threads of the readers no longer in use."""
-        for reader in [r for r in self._readers if r is not self._reader]:
-            await reader.wait_finished()
-            if reader in self._readers:  # another task may have reaped it meanwhile
+            if reader in self._readers:
                 self._readers.remove(reader)
+
+    def _reap(self) -> None:
+        """Forget the readers that ended, except the current one."""
+        self._readers[:] = [r for r in self._readers if r is self._reader or not r.finished]
 
     # ------------------------------------------------------------------ iteration
 
@@ -309,18 +321,29 @@ class Subscription:
 
     async def __anext__(self) -> Message:
         while True:
+            message = self._take()
+            if message is not None:
+                return message
             if self._done:
-                if self._readers:
-                    await self._reap()
                 raise StopAsyncIteration
             reader = self._reader
             if reader is None:
                 await self._open(first=not self._started)
-                continue
+            else:
+                await reader.wait()
+
+    def _take(self) -> Message | None:
+        """The next buffered message, or None. Meeting the end of a server stream, it
+        decides what follows (no I/O: the caller subscribes again or stops)."""
+        error = self._error
+        if error is not None:
+            self._error = None
+            raise error
+        reader = self._reader
+        while reader is not None:
             item = reader.get()
             if item is None:
-                await reader.wait()
-                continue
+                return None
             if type(item) is Message:
                 # (The reader drops offsets at or below the last delivered one: a
                 # resubscription can replay some, see _try_open.)
@@ -331,11 +354,67 @@ class Subscription:
                 return item
             assert isinstance(item, StreamEnd), item
             self._drop_reader()
-            try:
-                self._on_stream_end(item)
-            finally:
-                if self._done:
-                    await self._reap()
+            self._on_stream_end(item)
+            return None
+        return None
+
+    def _take_many(self, limit: int) -> list[Message]:
+        """Up to ``limit`` buffered messages, without waiting. An error met after some
+        messages is kept for the next call, so that those are delivered first."""
+        out: list[Message] = []
+        reader = self._reader
+        try:
+            if reader is None or self._error is not None or self._stop_offset is not None:
+                take = self._take  # the general case, a message at a time
+                while len(out) < limit:
+                    message = take()
+                    if message is None:
+                        break
+                    out.append(message)
+                return out
+            # The common case, without a call per message through _take.
+            get = reader.get
+            append = out.append
+            while len(out) < limit:
+                item = get()
+                if type(item) is Message:
+                    append(item)
+                    continue
+                if item is not None:
+                    assert isinstance(item, StreamEnd), item
+                    self._drop_reader()
+                    self._on_stream_end(item)
+                break
+        except LiftbridgeError as exc:
+            if not out:
+                raise
+            self._error = exc
+        finally:
+            if out:
+                self._last_offset = out[-1].offset
+        return out
+
+    @property
+    def _buffered(self) -> bool:
+        """Whether a message (or the end of a stream) waits to be taken."""
+        reader = self._reader
+        return self._error is not None or (reader is not None and reader.buffered)
+
+    @property
+    def _handed_over(self) -> bool:
+        """A group member's stream was ended by the server: another member (with a
+        newer group epoch) subscribed to the partition."""
+        reader = self._reader
+        end = None if reader is None else reader.end
+        return (
+            self._group is not None and end is not None and end.error is None and not end.cancelled
+        )
+
+    async def _ensure_open(self) -> bool:
+        """Subscribe (again) if the stream ended; False once the iteration is over."""
+        if not self._done and self._reader is None:
+            await self._open(first=not self._started)
+        return not self._done
 
     def _on_stream_end(self, end: StreamEnd) -> None:
         error = end.error
@@ -409,6 +488,14 @@ class Subscription:
         )
         if self._group is not None:
             req.consumer.CopyFrom(self._group)
+            # Server trap (v1.9.0): a partition remembers one group subscriber, and a
+            # subscription that ends forgets the one registered under its consumer id,
+            # even when that is a newer subscription of the same member. Re-subscribing
+            # (after a fail-over, a seek, a hand-over check) would then leave the
+            # partition unguarded: another member's subscription would not end ours,
+            # and both would read it. The server uses this id for nothing else, so
+            # each subscription names itself apart (the member id, then a serial).
+            req.consumer.consumerId = f"{self._group.consumerId}/{next(_SUBSCRIPTIONS)}"
         return req
 
     async def _open(self, *, first: bool) -> None:
@@ -416,8 +503,7 @@ class Subscription:
         try:
             await self._open_retrying(first=first)
         finally:
-            if self._done:
-                await self._reap()
+            self._reap()
 
     async def _open_retrying(self, *, first: bool) -> None:
         loop = asyncio.get_running_loop()
@@ -460,7 +546,7 @@ class Subscription:
         ):
             self._done = True
             return None
-        await self._reap()  # the readers of earlier attempts
+        self._reap()  # the readers of earlier attempts
         address = await self._router.leader_address(
             opts.stream, opts.partition, replica=opts.read_isr_replica
         )
@@ -468,11 +554,10 @@ class Subscription:
         # leader whose watermark still lags starts from watermark + 1, which can be a
         # message this subscription delivered before the fail-over: the reader skips
         # everything up to the last delivered offset.
-        reader = self._router.pool.subscribe(
+        reader = self._router.pool.reads.subscribe(
             address,
-            self._request(),
+            self._request().SerializeToString(),
             skip_through=self._last_offset,
-            name=f"liftbridge-subscribe {opts.stream}/{opts.partition}",
         )
         self._readers.append(reader)
         try:
@@ -489,6 +574,9 @@ class Subscription:
             reader.cancel()
             raise
         if first is OPENED and not self._done:
+            reader.listener = self._listener
+            if self._listener is not None and reader.buffered:
+                self._listener()
             return reader
         reader.cancel()
         if self._done:

@@ -172,6 +172,41 @@ def _cids(envelopes: list[bytes]) -> list[str]:
     return [decode_publish(env).correlation_id for env in envelopes]
 
 
+async def subscribe_sync(spec: dict[str, Any]) -> dict[str, Any]:
+    """The ceiling of a thread per subscription: the generated synchronous stub, on a
+    channel with the SingleThreadedUnaryStream option, iterated by a thread that only
+    counts (the SDK read this way before it read HTTP/2 on the event loop)."""
+    import grpc
+
+    from liftbridge_nats._proto import api_pb2_grpc
+
+    count = spec["count"]
+    request = api_pb2.SubscribeRequest(
+        stream=spec["stream"],
+        partition=spec.get("partition", 0),
+        startPosition=api_pb2.StartPosition.EARLIEST,
+    )
+    channel = grpc.insecure_channel(spec["leader"], options=[("SingleThreadedUnaryStream", 1)])
+
+    def read() -> int:
+        call = api_pb2_grpc.APIStub(channel).Subscribe(request)
+        seen = -1  # the server first sends an empty message
+        for _msg in call:
+            seen += 1
+            if seen >= count:
+                break
+        call.cancel()
+        return seen
+
+    try:
+        meter = Meter()
+        meter.start()
+        seen = await asyncio.to_thread(read)
+        return meter.stop(seen, count - seen)
+    finally:
+        channel.close()
+
+
 async def subscribe(spec: dict[str, Any]) -> dict[str, Any]:
     """The read ceiling: the generated grpc.aio stub alone, no SDK on top.
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import secrets
 import time
 from typing import Any
 
@@ -260,3 +261,72 @@ async def subscribe(spec: dict[str, Any]) -> dict[str, Any]:
                 if seen >= count:
                     break
         return meter.stop(seen, count - seen)
+
+
+def _os_threads() -> int:
+    """Threads of this process as the kernel counts them (gRPC's own included)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    return 0
+
+
+async def fanout(spec: dict[str, Any]) -> dict[str, Any]:
+    """Read ``count`` messages from each of ``partitions`` partitions: with one task per
+    partition (``Client.subscribe``) or one consumer-group member (``mode``)."""
+    from liftbridge_nats.client import Client
+
+    partitions, count, mode = spec["partitions"], spec["count"], spec["mode"]
+    total = partitions * count
+    peak_threads = _os_threads()
+    done = asyncio.Event()
+
+    async def sample_threads() -> None:
+        nonlocal peak_threads
+        while not done.is_set():
+            peak_threads = max(peak_threads, _os_threads())
+            await asyncio.sleep(0.05)
+
+    async with Client(spec["brokers"]) as client:
+        await client.fetch_metadata([spec["stream"]])
+        sampler = asyncio.ensure_future(sample_threads())
+        seen = 0
+        if mode == "tasks":
+
+            async def read(partition: int) -> int:
+                n = 0
+                async with client.subscribe(
+                    spec["stream"],
+                    partition=partition,
+                    start_position=StartPosition.EARLIEST,
+                    stop_position=StopPosition.OFFSET,
+                    stop_offset=count - 1,
+                ) as subscription:
+                    async for _msg in subscription:
+                        n += 1
+                return n
+
+            meter = Meter()
+            meter.start()
+            seen = sum(await asyncio.gather(*(read(p) for p in range(partitions))))
+        else:
+            # One member alone in its group: nobody to hand partitions over from.
+            consumer = client.consumer(
+                f"{spec['stream']}-{secrets.token_hex(4)}", [spec["stream"]], handover_wait=0.0
+            )
+            async with consumer:
+                while len(consumer.assignments) < partitions:
+                    await consumer.wait_for_assignment(30)
+                    await asyncio.sleep(0.01)
+                meter = Meter()
+                meter.start()
+                async for _msg in consumer:
+                    seen += 1
+                    if seen >= total:
+                        break
+        result = meter.stop(seen, total - seen)
+        done.set()
+        await sampler
+        result["threads"] = max(peak_threads, _os_threads())
+        return result

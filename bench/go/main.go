@@ -28,6 +28,8 @@ type result struct {
 	CPUSeconds float64 `json:"cpu_seconds"`
 	CPUPerMsg  float64 `json:"cpu_us_per_msg"`
 	MaxRSSKiB  int64   `json:"max_rss_kib"`
+	Threads    int64   `json:"threads,omitempty"`
+	Resubs     int64   `json:"resubscribes,omitempty"`
 	GoVersion  string  `json:"go_version,omitempty"`
 	Error      string  `json:"error,omitempty"`
 }
@@ -43,18 +45,80 @@ func cpuSeconds() float64 {
 // maxRSS reads the peak resident size from /proc: getrusage's Maxrss would include
 // the parent's, which Linux carries into a child across fork and exec.
 func maxRSS() int64 {
+	return status("VmHWM:")
+}
+
+// status reads a number from /proc/self/status (kB figures in KiB), -1 when absent.
+func status(field string) int64 {
 	data, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return -1
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmHWM:") {
-			var kib int64
-			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(line, "VmHWM:")), "%d", &kib)
-			return kib
+		if strings.HasPrefix(line, field) {
+			var n int64
+			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(line, field)), "%d", &n)
+			return n
 		}
 	}
 	return -1
+}
+
+// fanout reads count messages from each of partitions partitions, one
+// subscription (and goroutine) each, and samples the process's thread count. A
+// stream that fails is subscribed to again after its last message, as an
+// application would (grpc-go sometimes reports a flow-control overrun on many
+// streams); resubscribes counts those.
+func fanout(ctx context.Context, c lift.Client, stream string, partitions, count int, peak, resubscribes *int64) (int64, error) {
+	done := make(chan error, partitions)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			if n := status("Threads:"); n > atomic.LoadInt64(peak) {
+				atomic.StoreInt64(peak, n)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	seen := make([]int64, partitions)
+	finished := make([]sync.Once, partitions)
+	var subscribe func(p int) error
+	subscribe = func(p int) error {
+		opts := []lift.SubscriptionOption{lift.Partition(int32(p))}
+		if next := atomic.LoadInt64(&seen[p]); next > 0 {
+			opts = append(opts, lift.StartAtOffset(next))
+		} else {
+			opts = append(opts, lift.StartAtEarliestReceived())
+		}
+		return c.Subscribe(ctx, stream, func(msg *lift.Message, err error) {
+			if err != nil {
+				if ctx.Err() == nil && atomic.LoadInt64(&seen[p]) < int64(count) {
+					atomic.AddInt64(resubscribes, 1)
+					go func() {
+						if err := subscribe(p); err != nil {
+							finished[p].Do(func() { done <- err })
+						}
+					}()
+				}
+				return
+			}
+			if atomic.AddInt64(&seen[p], 1) == int64(count) {
+				finished[p].Do(func() { done <- nil })
+			}
+		}, opts...)
+	}
+	for p := 0; p < partitions; p++ {
+		if err := subscribe(p); err != nil {
+			return 0, err
+		}
+	}
+	for p := 0; p < partitions; p++ {
+		if err := <-done; err != nil {
+			return 0, err
+		}
+	}
+	return 0, nil
 }
 
 func fail(mode string, err error) {
@@ -180,7 +244,7 @@ func main() {
 	warmup := flag.Int("warmup", 0, "messages published before the timed run")
 	size := flag.Int("size", 100, "value size in bytes")
 	ack := flag.String("ack", "leader", "ack policy: leader, all or none")
-	mode := flag.String("mode", "async", "async (PublishAsync), sync (Publish) or subscribe")
+	mode := flag.String("mode", "async", "async (PublishAsync), sync (Publish), subscribe or fanout (every partition)")
 	partitions := flag.Int("partitions", 1, "partition count of the stream (round-robin when > 1)")
 	partition := flag.Int("partition", 0, "partition to read in subscribe mode")
 	window := flag.Int("window", 0, "PublishAsync: most messages in flight (0: no limit)")
@@ -207,6 +271,7 @@ func main() {
 	if err != nil {
 		fail(*mode, err)
 	}
+	var threads, resubscribes int64
 	run := func(n int) (int64, error) {
 		switch *mode {
 		case "async":
@@ -215,10 +280,12 @@ func main() {
 			return publishSync(ctx, client, *stream, n, value, opts, *workers)
 		case "subscribe":
 			return subscribe(ctx, client, *stream, *partition, n)
+		case "fanout":
+			return fanout(ctx, client, *stream, *partitions, n, &threads, &resubscribes)
 		}
-		return 0, fmt.Errorf("unknown mode %q (async, sync, subscribe)", *mode)
+		return 0, fmt.Errorf("unknown mode %q (async, sync, subscribe, fanout)", *mode)
 	}
-	if *warmup > 0 && *mode != "subscribe" {
+	if *warmup > 0 && *mode != "subscribe" && *mode != "fanout" {
 		if _, err := run(*warmup); err != nil {
 			fail(*mode, err)
 		}
@@ -231,10 +298,14 @@ func main() {
 	if err != nil {
 		fail(*mode, err)
 	}
+	total := *count
+	if *mode == "fanout" {
+		total = *count * *partitions // -count is per partition there
+	}
 	out, _ := json.Marshal(result{
-		Mode: *mode, Count: *count, Errors: errs, Seconds: elapsed,
-		Rate: float64(*count) / elapsed, CPUSeconds: cpu, MaxRSSKiB: maxRSS(),
-		CPUPerMsg: cpu / float64(*count) * 1e6,
+		Mode: *mode, Count: total, Errors: errs, Seconds: elapsed,
+		Rate: float64(total) / elapsed, CPUSeconds: cpu, MaxRSSKiB: maxRSS(),
+		CPUPerMsg: cpu / float64(total) * 1e6, Threads: threads, Resubs: resubscribes,
 	})
 	fmt.Println(string(out))
 }

@@ -4,7 +4,10 @@ A thin adapter over the public SDK and nothing else (no protobuf, no envelopes):
 reads go through the gRPC :class:`~liftbridge_nats.client.Client` (Subscribe bounded
 by offsets planned on the driver), writes through the NATS-native
 :class:`~liftbridge_nats.publisher.Publisher` with acks. Every Spark callback that
-talks to Liftbridge runs its own asyncio event loop.
+talks to Liftbridge runs its own asyncio event loop. The options follow Spark's Kafka
+source (several streams by list or pattern, offsets and times to start and end at,
+``failOnDataLoss``, ``includeHeaders``, TLS and NATS credentials); the README has them in
+one table beside Kafka's.
 
     from liftbridge_nats.spark import LiftbridgeDataSource
     spark.dataSource.register(LiftbridgeDataSource)
@@ -13,7 +16,13 @@ talks to Liftbridge runs its own asyncio event loop.
 
 from __future__ import annotations
 
+from ._dataloss import DataLossError
 from ._source import LiftbridgeDataSource
 from ._writer import LiftbridgeCommitMessage, PartitionOffsets
 
-__all__ = ["LiftbridgeCommitMessage", "LiftbridgeDataSource", "PartitionOffsets"]
+__all__ = [
+    "DataLossError",
+    "LiftbridgeCommitMessage",
+    "LiftbridgeDataSource",
+    "PartitionOffsets",
+]

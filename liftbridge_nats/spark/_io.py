@@ -1,101 +1,116 @@
-"""The Spark source's only contact with Liftbridge: coroutines over the public SDK.
+"""Connections of the Spark source: the gRPC Client and nats-py, with their security.
 
-Everything here is async and is driven from Spark's synchronous callbacks by one
-event loop per call (``asyncio.run``) or per task (``asyncio.Runner``). No protobuf,
-no envelopes: the gRPC :class:`~liftbridge_nats.client.Client` reads and looks up
-metadata, the NATS-native :class:`~liftbridge_nats.publisher.Publisher` writes.
+Everything that talks to Liftbridge is async and is driven from Spark's synchronous
+callbacks by one event loop per call (:func:`run`) or per task (``asyncio.Runner``).
+Connection failures come out as :class:`~liftbridge_nats.errors.NotConnectedError`
+naming the option to check, and never carry a credential: URLs are shown with their
+user-info masked (the SDK's ``redact``) and passwords, tokens and keys are never
+formatted into a message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
+import ssl
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
+from liftbridge_nats._log import get_logger, redact
 from liftbridge_nats.client import Client
-from liftbridge_nats.errors import (
-    InvalidArgumentError,
-    NoSuchStreamError,
-    NotConnectedError,
-    PartitionPausedError,
-    RpcError,
-    RpcTimeoutError,
-)
-from liftbridge_nats.messages import Message, StartPosition, StopPosition
-from liftbridge_nats.metadata import StreamInfo
-from liftbridge_nats.subscription import Subscription
+from liftbridge_nats.errors import LiftbridgeError, NotConnectedError
 
-from ._options import ReadOptions
-from ._planning import OffsetRange
+from ._security import GrpcTls, NatsAuth
 
-__all__ = [
-    "PartitionReader",
-    "connect_nats",
-    "fetch_high_watermarks",
-    "iter_range",
-    "probe_nats",
-    "redact_url",
-    "resolve_timestamp",
-    "run",
-    "sink_target",
-]
+__all__ = ["client", "connect_nats", "new_client", "probe_nats", "run"]
 
 _T = TypeVar("_T")
-_log = logging.getLogger("liftbridge_nats.spark")
+_log = get_logger("spark")
 
 
-def _unknown_stream(stream: str, brokers: tuple[str, ...]) -> InvalidArgumentError:
-    return InvalidArgumentError(
-        f"option 'stream': no stream named {stream!r} on brokers {','.join(brokers)}; "
-        "check the name or create the stream first."
-    )
+def new_client(brokers: tuple[str, ...], rpc_timeout: float, tls: GrpcTls | None) -> Client:
+    """An unconnected Client for ``brokers`` with the ``tls.*`` options."""
+    return Client(brokers, timeout=rpc_timeout, tls=None if tls is None else tls.config())
+
+
+def _broker_hint(tls: GrpcTls | None, exc: BaseException) -> str:
+    if tls is not None:
+        return "check the addresses and the options 'tls.ca', 'tls.cert' and 'tls.key'"
+    if "tls" in str(exc).lower() or "ssl" in str(exc).lower():
+        return "the brokers may require TLS: set the option 'tls.ca' (and 'tls.cert', 'tls.key')"
+    return "check the addresses (the gRPC port, not NATS's) and that the brokers run"
 
 
 @asynccontextmanager
-async def _client(brokers: tuple[str, ...], rpc_timeout: float) -> AsyncIterator[Client]:
-    """A connected Client; no broker answering is reported against ``brokers``."""
-    client = Client(brokers, timeout=rpc_timeout)
+async def client(
+    brokers: tuple[str, ...], rpc_timeout: float, tls: GrpcTls | None = None
+) -> AsyncIterator[Client]:
+    """A connected Client; a failure to connect is reported against ``brokers``."""
+    lb = new_client(brokers, rpc_timeout, tls)
     try:
-        await client.connect()
-    except NotConnectedError as exc:
+        await lb.connect()
+    except LiftbridgeError as exc:
         raise NotConnectedError(
             f"option 'brokers': no Liftbridge broker answered at {','.join(brokers)} ({exc}); "
-            "check the addresses (the gRPC port, not NATS's)."
+            f"{_broker_hint(tls, exc)}."
         ) from None
     try:
-        yield client
+        yield lb
     finally:
-        await client.close()
+        await lb.close()
 
 
-def redact_url(url: str) -> str:
-    """``url`` with any user-info (user, password, token) replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable URL>"
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
+def _nats_failure(
+    servers: tuple[str, ...], auth: NatsAuth, causes: list[BaseException]
+) -> NotConnectedError:
+    """The one error a failed NATS connection becomes, without any credential in it."""
+    import nats.errors
+
+    where = ",".join(redact(s) for s in servers)
+    if any(
+        isinstance(e, nats.errors.AuthorizationError) or "authoriz" in str(e).lower()
+        for e in causes
+    ):
+        return NotConnectedError(
+            f"option 'nats_url': NATS at {where} refused the credentials (authorization "
+            "violation); check 'nats.user'/'nats.password', 'nats.token', "
+            "'nats.nkeySeedFile' or 'nats.credsFile'."
+        )
+    if any(isinstance(e, ssl.SSLError) for e in causes):
+        what = next(e for e in causes if isinstance(e, ssl.SSLError))
+        return NotConnectedError(
+            f"option 'nats_url': the TLS handshake with NATS at {where} failed "
+            f"({getattr(what, 'reason', None) or type(what).__name__}); check 'nats.tls.ca' "
+            "(the CA that signed the server), and 'nats.tls.cert' / 'nats.tls.key' if the "
+            "server asks for a client certificate."
+        )
+    last = causes[-1]
+    detail = redact(f"{type(last).__name__}: {last}")
+    hint = "check the URL and that the server runs"
+    if "tls" in detail.lower() and not auth.tls:
+        hint = "the server may require TLS: set 'nats.tls' (or 'nats.tls.ca') or use tls://"
+    return NotConnectedError(
+        f"option 'nats_url': cannot connect to NATS at {where} ({detail}); {hint}."
+    )
 
 
 async def connect_nats(
-    servers: tuple[str, ...], rpc_timeout: float, *, reconnect: bool = True
+    servers: tuple[str, ...],
+    rpc_timeout: float,
+    auth: NatsAuth | None = None,
+    *,
+    reconnect: bool = True,
 ) -> Any:
     """A nats-py connection; failing to connect is reported against ``nats_url``.
 
     ``reconnect=False`` gives up at the first refusal (a quick probe); a publishing
-    task rides out a short NATS outage instead. Messages never show credentials
-    carried in the URL.
+    task rides out a short NATS outage instead.
     """
     import nats.aio.client
-    import nats.errors
 
-    errors: list[Exception] = []
+    auth = auth or NatsAuth()
+    errors: list[BaseException] = []
 
     async def remember(exc: Exception) -> None:
         # nats-py logs every failed attempt with a traceback by default; the outcome
@@ -112,6 +127,14 @@ async def connect_nats(
         "reconnect_time_wait": 2.0 if reconnect else 0.1,
         "error_cb": remember,
     }
+    try:
+        options.update(auth.connect_options())
+    except (OSError, ssl.SSLError) as exc:
+        raise NotConnectedError(
+            f"options 'nats.tls.*': cannot load the TLS files ({type(exc).__name__}: "
+            f"{getattr(exc, 'strerror', None) or getattr(exc, 'reason', None) or 'unreadable'}); "
+            "check that 'nats.tls.cert' and 'nats.tls.key' are a PEM certificate and its key."
+        ) from None
     nc = nats.aio.client.Client()
     try:
         await nc.connect(**options)
@@ -120,220 +143,18 @@ async def connect_nats(
         # A refused connection leaves its socket open unless the client is closed.
         with contextlib.suppress(Exception):
             await asyncio.wait_for(nc.close(), 1.0)
-        where = ",".join(redact_url(s) for s in servers)
-        causes = [*errors, exc]
-        if any(
-            isinstance(e, nats.errors.AuthorizationError) or "authoriz" in str(e).lower()
-            for e in causes
-        ):
-            raise NotConnectedError(
-                f"option 'nats_url': NATS at {where} refused the credentials (authorization "
-                "violation); check the user/password, token or NKey."
-            ) from None
-        detail = f"{type(exc).__name__}: {exc}"
-        for s in servers:
-            detail = detail.replace(s, redact_url(s))
-        raise NotConnectedError(
-            f"option 'nats_url': cannot connect to NATS at {where} ({detail}); check the URL "
-            "and that the server runs."
-        ) from None
+        causes: list[BaseException] = [*errors, exc]
+        cause = exc.__cause__ or exc.__context__
+        while cause is not None and cause not in causes:
+            causes.append(cause)
+            cause = cause.__cause__ or cause.__context__
+        raise _nats_failure(servers, auth, causes) from None
 
 
-async def probe_nats(servers: tuple[str, ...], rpc_timeout: float) -> None:
+async def probe_nats(servers: tuple[str, ...], rpc_timeout: float, auth: NatsAuth) -> None:
     """Connect once and close: lets a write with a bad ``nats_url`` fail on the driver."""
-    nc = await connect_nats(servers, rpc_timeout, reconnect=False)
+    nc = await connect_nats(servers, rpc_timeout, auth, reconnect=False)
     await nc.close()
-
-
-async def sink_target(brokers: tuple[str, ...], stream: str, rpc_timeout: float) -> StreamInfo:
-    """The stream a sink writes to, with any paused partition resumed first.
-
-    Liftbridge drops NATS publishes to a paused partition (auto-paused after being
-    idle, or paused by hand) and resumes it only on a gRPC request; without this every
-    task writing there would fail on missing acks.
-    """
-    async with _client(brokers, rpc_timeout) as client:
-        try:
-            info = await client.stream_info(stream, refresh=True)
-        except NoSuchStreamError:
-            raise _unknown_stream(stream, brokers) from None
-        paused = [p.id for p in info.partitions.values() if p.paused]
-        if paused:
-            await client.resume_stream(stream, paused)
-        return info
-
-
-async def fetch_high_watermarks(
-    brokers: tuple[str, ...], stream: str, rpc_timeout: float, *, resume_paused: bool = True
-) -> dict[int, int]:
-    """The high watermark of every partition, each asked of its leader.
-
-    Metadata from an arbitrary broker can lag the leader's high watermark; the leader's
-    own answer is exact, which is what makes a planned read a true snapshot. A paused
-    partition (auto-paused when idle, or paused by hand) can be neither asked nor read:
-    with ``resume_paused`` it is resumed first, otherwise the read fails saying so.
-    """
-    async with _client(brokers, rpc_timeout) as client:
-        try:
-            info = await client.stream_info(stream, refresh=True)
-        except NoSuchStreamError:
-            raise _unknown_stream(stream, brokers) from None
-        ids = sorted(info.partitions)
-        paused = [p for p in ids if info.partitions[p].paused]
-        if paused and resume_paused:
-            # A no-op for partitions that run (v1.9.0 metadata may still say paused).
-            await client.resume_stream(stream, paused)
-        try:
-            parts = await asyncio.gather(*(client.fetch_partition_metadata(stream, p) for p in ids))
-        except RpcError:
-            if paused and not resume_paused:
-                raise PartitionPausedError(
-                    f"stream {stream!r}: partition(s) {paused} are paused and cannot be "
-                    "read; resume them, or set option 'resumePaused' to true.",
-                    code="FAILED_PRECONDITION",
-                ) from None
-            raise
-        return {p: part.high_watermark for p, part in zip(ids, parts, strict=True)}
-
-
-async def resolve_timestamp(
-    opts: ReadOptions, high_watermarks: Mapping[int, int], timestamp_ms: int
-) -> dict[int, int]:
-    """Per partition, the first offset stored at or after ``timestamp_ms``.
-
-    Liftbridge has no offset-for-time lookup call, so this subscribes at the timestamp
-    (bounded by the high watermark) and takes the first message's offset; a partition
-    with nothing that recent gets ``hw + 1`` (an empty range).
-    """
-    ns = timestamp_ms * 1_000_000
-    out: dict[int, int] = {}
-    async with _client(opts.brokers, opts.timeout) as client:
-        for partition, hw in sorted(high_watermarks.items()):
-            out[partition] = hw + 1
-            if hw < 0:
-                continue
-            sub = client.subscribe(
-                opts.stream,
-                partition=partition,
-                start_position=StartPosition.TIMESTAMP,
-                start_time=ns,
-                stop_position=StopPosition.OFFSET,
-                stop_offset=hw,
-            )
-            async with sub:
-                async for msg in sub:
-                    out[partition] = msg.offset
-                    break
-    return out
-
-
-class PartitionReader:
-    """Reads one :class:`OffsetRange` in chunks, on an event loop its caller drives."""
-
-    def __init__(
-        self, brokers: tuple[str, ...], timeout: float, rng: OffsetRange, *, resume: bool = True
-    ) -> None:
-        self._rng = rng
-        self._resume = resume
-        self._timeout = timeout
-        self._client = Client(brokers, timeout=timeout)
-        self._sub: Subscription | None = None
-        self._next = rng.from_offset
-        self.done = rng.count == 0
-
-    async def open(self) -> None:
-        """Connect and subscribe at the range's first offset."""
-        if self.done:
-            return
-        await self._client.connect()
-        self._sub = self._client.subscribe(
-            self._rng.stream,
-            partition=self._rng.partition,
-            start_position=StartPosition.OFFSET,
-            start_offset=self._rng.from_offset,
-            stop_position=StopPosition.OFFSET,
-            stop_offset=self._rng.until_offset - 1,
-            # Paused after planning (auto-pause when idle): resume rather than fail.
-            resume=self._resume,
-        )
-        await self._sub.start()
-
-    async def chunk(self, size: int) -> list[Message]:
-        """Up to ``size`` more messages of the range; sets :attr:`done` at its end."""
-        out: list[Message] = []
-        sub = self._sub
-        if sub is None or self.done:
-            self.done = True
-            return out
-        last = self._rng.until_offset - 1
-        silence = self._timeout * 3
-        loop = asyncio.get_running_loop()
-        try:
-            # Every message up to the planned end is committed, so a long silence means
-            # something is wrong (a leader that never came back): fail the task and let
-            # Spark retry it rather than hang. One deadline, pushed back per message.
-            async with asyncio.timeout(silence) as deadline:
-                while len(out) < size:
-                    try:
-                        msg = await anext(sub)
-                    except StopAsyncIteration:
-                        self.done = True
-                        break
-                    deadline.reschedule(loop.time() + silence)
-                    if msg.offset > last:
-                        # Compaction can remove the range's last offset; a later one
-                        # ends the range too.
-                        self.done = True
-                        break
-                    self._next = msg.offset + 1
-                    out.append(msg)
-                    if msg.offset >= last:
-                        self.done = True
-                        break
-        except TimeoutError:
-            raise RpcTimeoutError(
-                f"stream {self._rng.stream!r} partition {self._rng.partition}: no message "
-                f"for {silence:.0f} s while reading offset {self._next} of "
-                f"[{self._rng.from_offset}, {self._rng.until_offset}); check the "
-                "partition's leader, or raise the 'timeout' option.",
-                code="DEADLINE_EXCEEDED",
-            ) from None
-        return out
-
-    async def close(self) -> None:
-        """Close the subscription and the client's channels."""
-        sub, self._sub = self._sub, None
-        if sub is not None:
-            await sub.aclose()
-        await self._client.close()
-
-
-def iter_range(
-    brokers: tuple[str, ...],
-    timeout: float,
-    rng: OffsetRange,
-    chunk_size: int,
-    *,
-    resume: bool = True,
-) -> Iterator[list[Message]]:
-    """Chunks of messages of ``rng``, pulled on one event loop owned by this generator.
-
-    ``asyncio.Runner`` keeps a single loop across the chunks (the subscription lives
-    on it) and closes it when the generator finishes or is closed early, e.g. by a
-    ``limit()`` that needs no more rows.
-    """
-    if rng.count == 0:
-        return
-    with asyncio.Runner() as runner:
-        reader = PartitionReader(brokers, timeout, rng, resume=resume)
-        try:
-            runner.run(reader.open())
-            while not reader.done:
-                msgs = runner.run(reader.chunk(chunk_size))
-                if msgs:
-                    yield msgs
-        finally:
-            runner.run(reader.close())
 
 
 def run(coro: Coroutine[Any, Any, _T]) -> _T:

@@ -1,53 +1,64 @@
 """Parsing of the ``liftbridge`` source's options into typed, frozen settings.
 
 Spark hands options over as a case-insensitive map of strings. Names are matched
-ignoring case and underscores, so ``ack_policy``, ``ackPolicy`` and ``ACKPOLICY`` are
-the same option. Every error names the option at fault and says what it accepts, and
-is raised on the driver before any task starts.
+ignoring case, underscores and dots, so ``ack_policy``, ``ackPolicy`` and ``ACKPOLICY``
+are the same option, and so are ``nats.url`` and ``nats_url``. Every error names the
+option at fault and says what it accepts, and is raised on the driver before any task
+starts.
 """
 
 from __future__ import annotations
 
-import json
-import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from liftbridge_nats.errors import InvalidArgumentError
 from liftbridge_nats.messages import AckPolicy
 
+from ._positions import (
+    EARLIEST,
+    LATEST,
+    PositionSpec,
+    parse_offsets,
+    parse_timestamp,
+    parse_timestamps,
+)
+from ._security import GrpcTls, NatsAuth, parse_grpc_tls, parse_nats_auth
+from ._values import Options, flag, positive_float, positive_int
+
 __all__ = [
-    "EARLIEST",
-    "LATEST",
-    "OffsetSpec",
     "ReadOptions",
+    "StreamSelection",
     "WriteOptions",
-    "parse_offsets",
     "parse_read_options",
     "parse_write_options",
 ]
 
-EARLIEST = -2
-"""In an offsets spec: the oldest offset still retained (as in Spark's Kafka source)."""
-LATEST = -1
-"""In an offsets spec: just after the high watermark."""
-
 
 @dataclass(frozen=True, slots=True)
-class OffsetSpec:
-    """Where to start or end in each partition of one stream.
+class StreamSelection:
+    """The streams a read covers: a list of names, or a pattern (like Kafka's
+    ``subscribe`` and ``subscribePattern``).
 
-    ``partitions`` holds the offsets a JSON spec named (read-only by convention: a
-    plain dict, because settings travel to executors by pickle); any other partition
-    gets ``default`` (``EARLIEST`` or ``LATEST``).
+    A pattern is a Python regular expression that must match a whole stream name;
+    Liftbridge's internal streams (names starting with ``__``) never match it.
     """
 
-    default: int
-    partitions: Mapping[int, int] = field(default_factory=dict)
+    names: tuple[str, ...] = ()
+    pattern: str | None = None
 
-    def for_partition(self, partition: int) -> int:
-        """The offset (or ``EARLIEST`` / ``LATEST``) asked for ``partition``."""
-        return self.partitions.get(partition, self.default)
+    def matches(self, name: str) -> bool:
+        """Whether the query reads stream ``name``."""
+        if self.pattern is None:
+            return name in self.names
+        return not name.startswith("__") and re.fullmatch(self.pattern, name) is not None
+
+    def describe(self) -> str:
+        """``streams ['a', 'b']`` or ``streams matching 'orders-.*'``, for messages."""
+        if self.pattern is None:
+            return f"stream(s) {list(self.names)}"
+        return f"streams matching {self.pattern!r}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,14 +66,16 @@ class ReadOptions:
     """Settings of a batch or streaming read."""
 
     brokers: tuple[str, ...]
-    stream: str
-    starting: OffsetSpec
-    ending: OffsetSpec
-    starting_timestamp_ms: int | None
+    selection: StreamSelection
+    starting: PositionSpec
+    ending: PositionSpec
     max_offsets_per_split: int
     max_offsets_per_trigger: int | None
     timeout: float
     resume_paused: bool = True
+    fail_on_data_loss: bool = True
+    include_headers: bool = True
+    tls: GrpcTls | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,32 +90,11 @@ class WriteOptions:
     ack_timeout: float
     max_inflight: int
     timeout: float
+    tls: GrpcTls | None = None
+    nats_auth: NatsAuth = field(default_factory=NatsAuth)
 
 
-def _norm(name: str) -> str:
-    return name.replace("_", "").lower()
-
-
-class _Options:
-    """Option lookup ignoring case and underscores."""
-
-    def __init__(self, raw: Mapping[str, str]) -> None:
-        self._values: dict[str, tuple[str, str]] = {}
-        for name, value in raw.items():
-            self._values[_norm(name)] = (name, str(value))
-
-    def get(self, name: str) -> str | None:
-        item = self._values.get(_norm(name))
-        if item is None:
-            return None
-        value = item[1].strip()
-        return value or None
-
-    def has(self, name: str) -> bool:
-        return self.get(name) is not None
-
-
-def _brokers(opts: _Options, *, required: bool) -> tuple[str, ...]:
+def _brokers(opts: Options, *, required: bool) -> tuple[str, ...]:
     raw = opts.get("brokers")
     if raw is None:
         if required:
@@ -128,7 +120,7 @@ def _brokers(opts: _Options, *, required: bool) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _name(opts: _Options, option: str, *, required: bool) -> str | None:
+def _name(opts: Options, option: str, *, required: bool) -> str | None:
     value = opts.get(option)
     if value is None:
         if required:
@@ -142,161 +134,116 @@ def _name(opts: _Options, option: str, *, required: bool) -> str | None:
     return value
 
 
-def _positive_int(opts: _Options, option: str, default: int | None) -> int | None:
-    raw = opts.get(option)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise InvalidArgumentError(f"option {option!r} must be a positive integer, not {raw!r}.")
-    return value
-
-
-def _positive_float(opts: _Options, option: str, default: float) -> float:
-    raw = opts.get(option)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not value > 0 or math.isinf(value):
+def _selection(opts: Options) -> StreamSelection:
+    given = [o for o in ("stream", "streams", "streamPattern") if opts.has(o)]
+    if len(given) != 1:
         raise InvalidArgumentError(
-            f"option {option!r} must be a positive number of seconds, not {raw!r}."
-        )
-    return value
-
-
-def _bool(opts: _Options, option: str, default: bool) -> bool:
-    raw = opts.get(option)
-    if raw is None:
-        return default
-    value = raw.lower()
-    if value not in ("true", "false"):
-        raise InvalidArgumentError(f"option {option!r} must be true or false, not {raw!r}.")
-    return value == "true"
-
-
-def parse_offsets(
-    raw: str, *, option: str, stream: str, default: int, allowed: tuple[int, ...]
-) -> OffsetSpec:
-    """Parse ``earliest``, ``latest`` or Kafka-style JSON (``{"orders":{"0":12,"1":-2}}``).
-
-    ``default`` is what partitions absent from a JSON spec get; ``allowed`` lists which
-    of ``EARLIEST`` / ``LATEST`` the option accepts (e.g. ``endingOffsets`` refuses
-    ``earliest``).
-    """
-    text = raw.strip()
-    word = text.lower()
-    names = {EARLIEST: "earliest", LATEST: "latest"}
-    accepted = " or ".join(repr(names[a]) for a in allowed)
-    if word in ("earliest", "latest"):
-        special = EARLIEST if word == "earliest" else LATEST
-        if special not in allowed:
-            raise InvalidArgumentError(
-                f"option {option!r} cannot be {word!r} here; use {accepted} or JSON offsets."
+            (
+                "options " + ", ".join(repr(g) for g in given) + " are all set; keep one: "
+                if given
+                else "no stream to read: set "
             )
-        return OffsetSpec(default=special)
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidArgumentError(
-            f"option {option!r} is neither {accepted} nor valid JSON ({exc.msg}); "
-            f'expected e.g. {{"{stream}":{{"0":12,"1":-2}}}}.'
-        ) from None
-    if not isinstance(doc, dict) or not all(isinstance(v, dict) for v in doc.values()):
-        raise InvalidArgumentError(
-            f"option {option!r} must be a JSON object of stream -> {{partition: offset}}, "
-            f'e.g. {{"{stream}":{{"0":12,"1":-2}}}}.'
+            + "'stream' (one stream), 'streams' (a comma-separated list) or 'streamPattern' "
+            '(a regular expression over stream names), e.g. .option("stream", "orders").'
         )
-    others = sorted(k for k in doc if k != stream)
-    if others:
-        raise InvalidArgumentError(
-            f"option {option!r} names stream(s) {others} but option 'stream' is {stream!r}; "
-            "offsets can only be given for the stream being read."
-        )
-    partitions: dict[int, int] = {}
-    for key, value in doc.get(stream, {}).items():
+    if given[0] == "streamPattern":
+        pattern = opts.get("streamPattern")
+        assert pattern is not None
         try:
-            partition = int(key)
-        except ValueError:
-            partition = -1
-        if partition < 0 or str(partition) != str(key).strip():
+            re.compile(pattern)
+        except re.error as exc:
             raise InvalidArgumentError(
-                f"option {option!r} has partition {key!r}; partitions are non-negative "
-                "integers given as JSON strings."
-            )
-        if type(value) is not int or value < EARLIEST:
+                f"option 'streamPattern' is not a valid regular expression ({exc})."
+            ) from None
+        return StreamSelection(pattern=pattern)
+    if given[0] == "stream":
+        name = _name(opts, "stream", required=True)
+        assert name is not None
+        return StreamSelection(names=(name,))
+    raw = opts.get("streams")
+    assert raw is not None
+    names = tuple(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()))
+    bad = [n for n in names if any(c.isspace() for c in n)]
+    if not names or bad:
+        raise InvalidArgumentError(
+            f"option 'streams' is {raw!r}; give stream names separated by commas, "
+            'e.g. "orders,payments".'
+        )
+    return StreamSelection(names=names)
+
+
+def _one_of(opts: Options, *names: str) -> str | None:
+    given = [n for n in names if opts.has(n)]
+    if len(given) > 1:
+        raise InvalidArgumentError(
+            f"options {', '.join(repr(g) for g in given)} are all set; they say the same "
+            "thing in different ways: keep one."
+        )
+    return given[0] if given else None
+
+
+def _positions(
+    opts: Options,
+    selection: StreamSelection,
+    edge: str,
+    default: int,
+    allowed: tuple[int, ...],
+) -> PositionSpec:
+    """``<edge>Offsets``, ``<edge>Timestamp`` or ``<edge>OffsetsByTimestamp`` (at most
+    one of them), for ``edge`` "starting" or "ending"."""
+    which = _one_of(opts, f"{edge}Offsets", f"{edge}Timestamp", f"{edge}OffsetsByTimestamp")
+    if which is None:
+        return PositionSpec(default=default)
+    raw = opts.get(which)
+    assert raw is not None
+    if which == f"{edge}Timestamp":
+        return PositionSpec(default=parse_timestamp(raw, option=which))
+    if which == f"{edge}OffsetsByTimestamp":
+        return parse_timestamps(
+            raw,
+            option=which,
+            selected=selection.matches,
+            example_streams=selection.names,
+            default=default,
+        )
+    return parse_offsets(
+        raw,
+        option=which,
+        selected=selection.matches,
+        example_streams=selection.names,
+        default=default,
+        allowed=allowed,
+    )
+
+
+def _starting(opts: Options, selection: StreamSelection, streaming: bool) -> PositionSpec:
+    # A batch read is a snapshot, so its start defaults to earliest; a stream follows
+    # what comes next, so it starts at latest unless told otherwise (Kafka's defaults).
+    # A batch read starting at latest is always empty: refused, as Kafka does.
+    default = LATEST if streaming else EARLIEST
+    allowed = (EARLIEST, LATEST) if streaming else (EARLIEST,)
+    return _positions(opts, selection, "starting", default, allowed)
+
+
+def _ending(opts: Options, selection: StreamSelection, streaming: bool) -> PositionSpec:
+    if streaming:
+        which = _one_of(opts, "endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
+        if which is not None:
             raise InvalidArgumentError(
-                f"option {option!r} has {value!r} for partition {partition}; use an offset "
-                ">= 0, -2 for earliest or -1 for latest."
+                f"option {which!r} is for batch reads only; a streaming query has no end "
+                "(use Trigger.AvailableNow to stop at what is stored now)."
             )
-        if value in (EARLIEST, LATEST) and value not in allowed:
-            raise InvalidArgumentError(
-                f"option {option!r} cannot use {value} ({names[value]}) for partition "
-                f"{partition}; use {accepted} or an offset >= 0."
-            )
-        partitions[partition] = value
-    return OffsetSpec(default=default, partitions=partitions)
+    return _positions(opts, selection, "ending", LATEST, (LATEST,))
 
 
 def parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     """Parse and check the options of ``spark.read`` / ``spark.readStream``."""
-    opts = _Options(raw)
+    opts = Options(raw)
     brokers = _brokers(opts, required=True)
-    stream = _name(opts, "stream", required=True)
-    assert stream is not None
-    # A batch read is a snapshot, so its start defaults to earliest; a stream follows
-    # what comes next, so it starts at latest unless told otherwise (Kafka's defaults).
-    start_default = LATEST if streaming else EARLIEST
-    start_raw = opts.get("startingOffsets")
-    ts_raw = opts.get("startingTimestamp")
-    if start_raw is not None and ts_raw is not None:
-        raise InvalidArgumentError(
-            "options 'startingOffsets' and 'startingTimestamp' are both set; keep one."
-        )
-    starting = (
-        parse_offsets(
-            start_raw,
-            option="startingOffsets",
-            stream=stream,
-            default=start_default,
-            # A batch read starting at latest is always empty: refuse it, as Kafka does.
-            allowed=(EARLIEST, LATEST) if streaming else (EARLIEST,),
-        )
-        if start_raw is not None
-        else OffsetSpec(default=start_default)
-    )
-    starting_ts: int | None = None
-    if ts_raw is not None:
-        try:
-            starting_ts = int(ts_raw)
-        except ValueError:
-            starting_ts = -1
-        if starting_ts < 0:
-            raise InvalidArgumentError(
-                "option 'startingTimestamp' must be milliseconds since the Unix epoch "
-                f"(an integer >= 0), not {ts_raw!r}."
-            )
-    end_raw = opts.get("endingOffsets")
-    if end_raw is not None and streaming:
-        raise InvalidArgumentError(
-            "option 'endingOffsets' is for batch reads only; a streaming query has no end "
-            "(use Trigger.AvailableNow to stop at what is stored now)."
-        )
-    ending = (
-        parse_offsets(
-            end_raw, option="endingOffsets", stream=stream, default=LATEST, allowed=(LATEST,)
-        )
-        if end_raw is not None
-        else OffsetSpec(default=LATEST)
-    )
-    split = _positive_int(opts, "maxOffsetsPerSplit", 100_000)
+    selection = _selection(opts)
+    split = positive_int(opts, "maxOffsetsPerSplit", 100_000)
     assert split is not None
-    per_trigger = _positive_int(opts, "maxOffsetsPerTrigger", None)
+    per_trigger = positive_int(opts, "maxOffsetsPerTrigger", None)
     if per_trigger is not None and not streaming:
         raise InvalidArgumentError(
             "option 'maxOffsetsPerTrigger' is for streaming reads only; use "
@@ -304,20 +251,22 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOption
         )
     return ReadOptions(
         brokers=brokers,
-        stream=stream,
-        starting=starting,
-        ending=ending,
-        starting_timestamp_ms=starting_ts,
+        selection=selection,
+        starting=_starting(opts, selection, streaming),
+        ending=_ending(opts, selection, streaming),
         max_offsets_per_split=split,
         max_offsets_per_trigger=per_trigger,
-        timeout=_positive_float(opts, "timeout", 10.0),
-        resume_paused=_bool(opts, "resumePaused", True),
+        timeout=positive_float(opts, "timeout", 10.0),
+        resume_paused=flag(opts, "resumePaused", True) is not False,
+        fail_on_data_loss=flag(opts, "failOnDataLoss", True) is not False,
+        include_headers=flag(opts, "includeHeaders", True) is not False,
+        tls=parse_grpc_tls(opts),
     )
 
 
 def parse_write_options(raw: Mapping[str, str]) -> WriteOptions:
     """Parse and check the options of ``df.write`` / ``df.writeStream``."""
-    opts = _Options(raw)
+    opts = Options(raw)
     nats_raw = opts.get("nats_url")
     if nats_raw is None:
         raise InvalidArgumentError(
@@ -341,7 +290,7 @@ def parse_write_options(raw: Mapping[str, str]) -> WriteOptions:
         raise InvalidArgumentError(
             f"option 'ack_policy' is {policy_raw!r}; use ALL (default), LEADER or NONE."
         ) from None
-    inflight = _positive_int(opts, "max_inflight", 4096)
+    inflight = positive_int(opts, "max_inflight", 4096)
     assert inflight is not None
     return WriteOptions(
         nats_servers=servers,
@@ -351,7 +300,9 @@ def parse_write_options(raw: Mapping[str, str]) -> WriteOptions:
         ack_policy=policy,
         # Generous by default: the first ALL acks on a fresh replicated stream can take
         # several seconds (followers idle-wait), and a failed task costs a whole retry.
-        ack_timeout=_positive_float(opts, "ack_timeout", 30.0),
+        ack_timeout=positive_float(opts, "ack_timeout", 30.0),
         max_inflight=inflight,
-        timeout=_positive_float(opts, "timeout", 10.0),
+        timeout=positive_float(opts, "timeout", 10.0),
+        tls=parse_grpc_tls(opts),
+        nats_auth=parse_nats_auth(opts, servers),
     )

@@ -3,30 +3,47 @@
 Pure functions over numbers, so they are tested without Spark or servers. Ranges are
 half-open, ``[from_offset, until_offset)``, as in Spark's Kafka source: a partition
 whose high watermark is ``hw`` has everything stored up to ``until = hw + 1``.
+Offsets of several streams are ``{stream: {partition: offset}}`` (:data:`Offsets`),
+the shape Spark checkpoints as JSON.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias, TypeVar
 
 from pyspark.sql.datasource import InputPartition
 
 from liftbridge_nats.errors import InvalidArgumentError
 
-from ._options import EARLIEST, LATEST, OffsetSpec
+from ._positions import EARLIEST, LATEST, At, Position, PositionSpec
 
 __all__ = [
+    "Lookup",
     "OffsetRange",
+    "Offsets",
     "cap_offsets",
     "check_partitions",
+    "flatten",
+    "lookups_needed",
+    "nest",
     "offsets_from_json",
     "offsets_to_json",
     "plan_ranges",
     "resolve_bounds",
+    "resolve_starts",
     "split_range",
 ]
+
+Offsets: TypeAlias = dict[str, dict[int, int]]
+"""Per stream, per partition: an offset (a high watermark, a next offset...)."""
+
+Lookup: TypeAlias = tuple[str, int, Position]
+"""A position the driver must ask the cluster about: (stream, partition, position),
+where the position is :data:`EARLIEST` (the oldest offset stored) or an :class:`At`."""
+
+_K = TypeVar("_K", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -47,55 +64,108 @@ class OffsetRange(InputPartition):
         return max(0, self.until_offset - self.from_offset)
 
 
-def check_partitions(spec: OffsetSpec, known: Mapping[int, Any], *, option: str) -> None:
-    """Refuse a JSON spec naming partitions the stream does not have."""
-    unknown = sorted(p for p in spec.partitions if p not in known)
-    if unknown:
+def check_partitions(
+    spec: PositionSpec, known: Mapping[str, Mapping[int, Any]], option: str
+) -> None:
+    """Refuse a JSON spec naming streams or partitions that do not exist."""
+    missing = sorted(s for s in spec.streams if s not in known)
+    if missing:
         raise InvalidArgumentError(
-            f"option {option!r} names partition(s) {unknown}, but the stream has partitions "
+            f"option {option!r} names stream(s) {missing}, which do not exist; streams read: "
             f"{sorted(known)}."
         )
+    for stream, parts in spec.streams.items():
+        unknown = sorted(p for p in parts if p not in known[stream])
+        if unknown:
+            raise InvalidArgumentError(
+                f"option {option!r} names partition(s) {unknown} of stream {stream!r}, but it "
+                f"has partitions {sorted(known[stream])}."
+            )
+
+
+def _needs_lookup(position: Position) -> bool:
+    return position == EARLIEST or isinstance(position, At)
+
+
+def lookups_needed(
+    high_watermarks: Mapping[str, Mapping[int, int]], *specs: PositionSpec
+) -> set[Lookup]:
+    """The positions of ``specs`` that only the cluster can turn into offsets.
+
+    Empty partitions need none: every position there is offset 0.
+    """
+    out: set[Lookup] = set()
+    for stream, hws in high_watermarks.items():
+        for partition, hw in hws.items():
+            if hw < 0:
+                continue
+            for spec in specs:
+                position = spec.position(stream, partition)
+                if _needs_lookup(position):
+                    out.add((stream, partition, position))
+    return out
+
+
+def _offset(
+    found: Mapping[Lookup, int], stream: str, partition: int, position: Position, until: int
+) -> int:
+    """A start or end position as an offset, at most ``until`` (just past the snapshot)."""
+    if position == LATEST:
+        return until
+    if _needs_lookup(position):
+        return min(found.get((stream, partition, position), 0), until)
+    assert isinstance(position, int)
+    return position if position <= until else until
+
+
+def resolve_starts(
+    high_watermarks: Mapping[str, Mapping[int, int]],
+    starting: PositionSpec,
+    found: Mapping[Lookup, int],
+) -> Offsets:
+    """Where a read starts in each partition (``found`` answers :func:`lookups_needed`)."""
+    check_partitions(starting, high_watermarks, "startingOffsets")
+    out: Offsets = {}
+    for stream, hws in sorted(high_watermarks.items()):
+        out[stream] = {
+            p: _offset(found, stream, p, starting.position(stream, p), max(0, hw + 1))
+            for p, hw in sorted(hws.items())
+        }
+    return out
 
 
 def resolve_bounds(
-    high_watermarks: Mapping[int, int],
-    starting: OffsetSpec,
-    ending: OffsetSpec,
-    *,
-    starting_override: Mapping[int, int] | None = None,
-) -> dict[int, tuple[int, int]]:
-    """Turn offset specs into concrete ``(from, until)`` bounds per partition.
+    high_watermarks: Mapping[str, Mapping[int, int]],
+    starting: PositionSpec,
+    ending: PositionSpec,
+    found: Mapping[Lookup, int],
+) -> dict[str, dict[int, tuple[int, int]]]:
+    """Concrete ``(from, until)`` bounds per stream and partition.
 
-    ``high_watermarks`` maps each partition to its high watermark (-1 when empty), read
-    once at planning time so that the result is a consistent snapshot.
-    ``starting_override`` (offsets resolved from a timestamp) replaces ``starting``.
-    Earliest means offset 0: the server starts at the oldest retained offset when 0 is
-    gone. Ends beyond the high watermark are cut to it, since reading past it would
-    wait for messages that may never come.
+    ``high_watermarks`` (-1 when empty) were read once at planning time, so the
+    result is a consistent snapshot; ``found`` holds the offsets looked up for
+    :func:`lookups_needed`. Ends beyond the high watermark are cut to it, since
+    reading past it would wait for messages that may never come; a start past the
+    end gives an empty range.
     """
-    check_partitions(starting, high_watermarks, option="startingOffsets")
-    check_partitions(ending, high_watermarks, option="endingOffsets")
-    bounds: dict[int, tuple[int, int]] = {}
-    for partition in sorted(high_watermarks):
-        stored_until = max(0, high_watermarks[partition] + 1)
-        end = ending.for_partition(partition)
-        until = stored_until if end == LATEST else min(end, stored_until)
-        if starting_override is not None:
-            begin = starting_override[partition]
-        else:
-            start = starting.for_partition(partition)
-            if start == EARLIEST:
-                begin = 0
-            elif start == LATEST:
-                begin = stored_until
-            else:
-                begin = start
-                if end not in (LATEST, EARLIEST) and start > end:
-                    raise InvalidArgumentError(
-                        f"partition {partition}: option 'startingOffsets' ({start}) is after "
-                        f"option 'endingOffsets' ({end}); ending offsets are exclusive."
-                    )
-        bounds[partition] = (min(begin, until), until)
+    check_partitions(ending, high_watermarks, "endingOffsets")
+    starts = resolve_starts(high_watermarks, starting, found)
+    bounds: dict[str, dict[int, tuple[int, int]]] = {}
+    for stream, hws in sorted(high_watermarks.items()):
+        bounds[stream] = {}
+        for partition, hw in sorted(hws.items()):
+            stored_until = max(0, hw + 1)
+            start_pos = starting.position(stream, partition)
+            end_pos = ending.position(stream, partition)
+            if type(start_pos) is int and type(end_pos) is int and 0 <= end_pos < start_pos:
+                raise InvalidArgumentError(
+                    f"stream {stream!r} partition {partition}: option 'startingOffsets' "
+                    f"({start_pos}) is after option 'endingOffsets' ({end_pos}); ending "
+                    "offsets are exclusive."
+                )
+            until = _offset(found, stream, partition, end_pos, stored_until)
+            begin = starts[stream][partition]
+            bounds[stream][partition] = (min(begin, until), until)
     return bounds
 
 
@@ -115,49 +185,62 @@ def split_range(
 
 
 def plan_ranges(
-    stream: str, bounds: Mapping[int, tuple[int, int]], max_per_split: int
+    bounds: Mapping[str, Mapping[int, tuple[int, int]]], max_per_split: int
 ) -> list[OffsetRange]:
-    """One or more ranges per non-empty partition, in partition then offset order."""
+    """One or more ranges per non-empty partition, in stream, partition, offset order."""
     out: list[OffsetRange] = []
-    for partition in sorted(bounds):
-        begin, until = bounds[partition]
-        out.extend(split_range(stream, partition, begin, until, max_per_split))
+    for stream in sorted(bounds):
+        for partition in sorted(bounds[stream]):
+            begin, until = bounds[stream][partition]
+            out.extend(split_range(stream, partition, begin, until, max_per_split))
     return out
 
 
 def cap_offsets(
-    start: Mapping[int, int], available: Mapping[int, int], max_rows: int | None
-) -> dict[int, int]:
+    start: Mapping[_K, int], available: Mapping[_K, int], max_rows: int | None
+) -> dict[_K, int]:
     """The end offsets of a micro-batch: everything available, or at most ``max_rows``.
 
-    The budget is shared fairly (water-filling): partitions with little new data take
-    all of it, the rest split what remains evenly, so a busy partition cannot starve
-    the others. An end never moves backwards.
+    Keys are partitions (of any shape, e.g. ``(stream, partition)``). The budget is
+    shared fairly (water-filling): partitions with little new data take all of it,
+    the rest split what remains evenly, so a busy partition cannot starve the others.
+    An end never moves backwards.
     """
-    end = {p: max(start.get(p, 0), available[p]) for p in available}
+    end = {k: max(start.get(k, 0), available[k]) for k in available}
     if max_rows is None:
         return end
-    lags = sorted(((end[p] - start.get(p, 0), p) for p in end), key=lambda t: (t[0], t[1]))
+    lags = sorted(((end[k] - start.get(k, 0), k) for k in end), key=lambda t: (t[0], str(t[1])))
     remaining = max_rows
-    capped: dict[int, int] = {}
-    for i, (lag, partition) in enumerate(lags):
+    capped: dict[_K, int] = {}
+    for i, (lag, key) in enumerate(lags):
         share = remaining // (len(lags) - i)
         take = min(lag, share)
-        capped[partition] = start.get(partition, 0) + take
+        capped[key] = start.get(key, 0) + take
         remaining -= take
     return capped
 
 
-def offsets_to_json(stream: str, offsets: Mapping[int, int]) -> dict[str, dict[str, int]]:
+def flatten(offsets: Mapping[str, Mapping[int, int]]) -> dict[tuple[str, int], int]:
+    """``{(stream, partition): offset}`` from :data:`Offsets`."""
+    return {(s, p): o for s, parts in offsets.items() for p, o in parts.items()}
+
+
+def nest(flat: Mapping[tuple[str, int], int]) -> Offsets:
+    """:data:`Offsets` from ``{(stream, partition): offset}``."""
+    out: Offsets = {}
+    for (stream, partition), offset in flat.items():
+        out.setdefault(stream, {})[partition] = offset
+    return out
+
+
+def offsets_to_json(offsets: Mapping[str, Mapping[int, int]]) -> dict[str, dict[str, int]]:
     """Spark checkpoint form of per-partition next offsets: ``{"orders": {"0": 12}}``."""
-    return {stream: {str(p): int(o) for p, o in sorted(offsets.items())}}
+    return {
+        s: {str(p): int(o) for p, o in sorted(parts.items())}
+        for s, parts in sorted(offsets.items())
+    }
 
 
-def offsets_from_json(stream: str, doc: Mapping[str, Any]) -> dict[int, int]:
-    """Read back :func:`offsets_to_json`; refuses a checkpoint of another stream."""
-    if set(doc) != {stream}:
-        raise InvalidArgumentError(
-            f"the checkpoint holds offsets of stream(s) {sorted(doc)}, but option 'stream' "
-            f"is {stream!r}; use a new checkpointLocation for a different stream."
-        )
-    return {int(p): int(o) for p, o in doc[stream].items()}
+def offsets_from_json(doc: Mapping[str, Any]) -> Offsets:
+    """Read back :func:`offsets_to_json`."""
+    return {str(s): {int(p): int(o) for p, o in parts.items()} for s, parts in doc.items()}

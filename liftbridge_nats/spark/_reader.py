@@ -9,19 +9,31 @@ bounded by ``StopPosition.OFFSET`` and hands Spark Arrow record batches.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from operator import attrgetter
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from liftbridge_nats._log import get_logger
 from liftbridge_nats.messages import Message
 
 from . import _io
+from ._lookup import lookups
 from ._options import ReadOptions
-from ._planning import OffsetRange, plan_ranges, resolve_bounds
+from ._partition_reader import iter_range
+from ._planning import (
+    OffsetRange,
+    check_partitions,
+    lookups_needed,
+    plan_ranges,
+    resolve_bounds,
+)
 from ._schema import arrow_read_schema
 
-__all__ = ["LiftbridgeReader", "messages_to_batch", "read_range", "snapshot_bounds"]
+__all__ = ["LiftbridgeReader", "messages_to_batch", "plan_bounds", "read_range"]
+
+_log = get_logger("spark")
 
 # Rows per Arrow batch handed to Spark: large enough to amortise the per-batch cost,
 # small enough to keep a task's memory flat.
@@ -32,45 +44,87 @@ CHUNK_ROWS = 4096
 _SERVER_HEADERS = frozenset({"subject", "reply"})
 
 
+_GET = {name: attrgetter(name) for name in ("offset", "key", "value", "subject", "headers")}
+
+
+def _headers(msgs: Sequence[Message], arrow_type: Any) -> Any:
+    """The ``headers`` column, built from flat keys, values and offsets.
+
+    Arrow's conversion of a list of lists of pairs costs about ten times as much per
+    row (most messages carry no header at all).
+    """
+    import pyarrow as pa
+
+    offsets = [0]
+    keys: list[str] = []
+    values: list[bytes] = []
+    total = 0
+    server = _SERVER_HEADERS
+    for headers in map(_GET["headers"], msgs):
+        # Most messages carry only the server's own headers (or none): skip those.
+        if headers and not headers.keys() <= server:
+            for k, v in headers.items():
+                if k not in server:
+                    keys.append(k)
+                    values.append(v)
+                    total += 1
+        offsets.append(total)
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()),
+        pa.array(keys, arrow_type.key_type),
+        pa.array(values, arrow_type.item_type),
+        type=arrow_type,
+    )
+
+
+def _column(name: str, arrow_type: Any, msgs: Sequence[Message]) -> Any:
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(msgs)
+    if name == "stream":
+        # One range is one partition of one stream.
+        return pa.array([msgs[0].stream] * n, arrow_type)
+    if name == "partition":
+        return pa.array(np.full(n, msgs[0].partition, dtype=np.int32), arrow_type)
+    if name == "timestamp":
+        # Liftbridge stamps nanoseconds; Spark timestamps are microseconds.
+        ns = np.fromiter(map(attrgetter("timestamp"), msgs), dtype=np.int64, count=n)
+        return pa.array(ns // 1000, arrow_type)
+    if name == "headers":
+        return _headers(msgs, arrow_type)
+    return pa.array(list(map(_GET[name], msgs)), arrow_type)
+
+
 def messages_to_batch(msgs: Sequence[Message], arrow_schema: Any) -> Any:
     """One Arrow ``RecordBatch`` in the source's schema from messages of one partition."""
     import pyarrow as pa
 
-    types = [f.type for f in arrow_schema]
-    columns = [
-        [m.stream for m in msgs],
-        [m.partition for m in msgs],
-        [m.offset for m in msgs],
-        [m.key for m in msgs],
-        [m.value for m in msgs],
-        # Liftbridge stamps nanoseconds; Spark timestamps are microseconds.
-        [m.timestamp // 1000 for m in msgs],
-        [m.subject for m in msgs],
-        [[(k, v) for k, v in m.headers.items() if k not in _SERVER_HEADERS] for m in msgs],
-    ]
-    arrays = [pa.array(col, type=t) for col, t in zip(columns, types, strict=True)]
+    arrays = [_column(f.name, f.type, msgs) for f in arrow_schema]
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 
 def read_range(opts: ReadOptions, rng: OffsetRange, arrow_schema: Any) -> Iterator[Any]:
     """Arrow batches of every message of ``rng`` (one task's work)."""
-    for msgs in _io.iter_range(
-        opts.brokers, opts.timeout, rng, CHUNK_ROWS, resume=opts.resume_paused
-    ):
+    for msgs in iter_range(opts, rng, CHUNK_ROWS):
         yield messages_to_batch(msgs, arrow_schema)
 
 
-def snapshot_bounds(opts: ReadOptions) -> dict[int, tuple[int, int]]:
-    """``(from, until)`` per partition from the options and the current high watermarks."""
-    hws = _io.run(
-        _io.fetch_high_watermarks(
-            opts.brokers, opts.stream, opts.timeout, resume_paused=opts.resume_paused
-        )
-    )
-    override = None
-    if opts.starting_timestamp_ms is not None:
-        override = _io.run(_io.resolve_timestamp(opts, hws, opts.starting_timestamp_ms))
-    return resolve_bounds(hws, opts.starting, opts.ending, starting_override=override)
+async def _plan(opts: ReadOptions) -> dict[str, dict[int, tuple[int, int]]]:
+    async with lookups(opts) as lb:
+        names = await lb.streams(opts.selection)
+        if not names:
+            _log.warning("no stream matches %s: the read is empty", opts.selection.describe())
+        hws = await lb.high_watermarks(names)
+        check_partitions(opts.starting, hws, "startingOffsets")
+        check_partitions(opts.ending, hws, "endingOffsets")
+        found = await lb.offsets(lookups_needed(hws, opts.starting, opts.ending), hws)
+    return resolve_bounds(hws, opts.starting, opts.ending, found)
+
+
+def plan_bounds(opts: ReadOptions) -> dict[str, dict[int, tuple[int, int]]]:
+    """``(from, until)`` per stream and partition, from the options and the cluster now."""
+    return _io.run(_plan(opts))
 
 
 class LiftbridgeReader(DataSourceReader):
@@ -81,7 +135,7 @@ class LiftbridgeReader(DataSourceReader):
         self._arrow_schema = arrow_read_schema(schema)
         # Planned here, on the driver, so that a bad stream name or partition fails
         # the query before any task is scheduled.
-        self._ranges = plan_ranges(opts.stream, snapshot_bounds(opts), opts.max_offsets_per_split)
+        self._ranges = plan_ranges(plan_bounds(opts), opts.max_offsets_per_split)
 
     def partitions(self) -> Sequence[InputPartition]:
         """One range per stream partition, more when a partition exceeds the split size."""

@@ -29,6 +29,7 @@ __all__ = [
     "arrow_read_schema",
     "check_read_schema",
     "check_write_schema",
+    "read_schema",
 ]
 
 READ_SCHEMA = StructType(
@@ -46,6 +47,13 @@ READ_SCHEMA = StructType(
 """stream, partition, offset, key, value, timestamp, subject, headers."""
 
 
+def read_schema(include_headers: bool) -> StructType:
+    """The read schema; without the ``headers`` column when ``includeHeaders`` is false."""
+    if include_headers:
+        return READ_SCHEMA
+    return StructType([f for f in READ_SCHEMA.fields if f.name != "headers"])
+
+
 def arrow_read_schema(schema: StructType) -> Any:
     """The Arrow schema Spark expects for batches of ``schema`` (the reader's output).
 
@@ -57,15 +65,15 @@ def arrow_read_schema(schema: StructType) -> Any:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def check_read_schema(schema: StructType) -> None:
+def check_read_schema(schema: StructType, expected: StructType) -> None:
     """Refuse a user-given schema that is not the source's own (columns are fixed)."""
-    if [f.name for f in schema.fields] != READ_SCHEMA.fieldNames() or any(
+    if [f.name for f in schema.fields] != expected.fieldNames() or any(
         got.dataType != want.dataType
-        for got, want in zip(schema.fields, READ_SCHEMA.fields, strict=True)
+        for got, want in zip(schema.fields, expected.fields, strict=True)
     ):
         raise InvalidArgumentError(
             "the liftbridge source has a fixed schema "
-            f"({READ_SCHEMA.simpleString()}); drop the .schema(...) call or select "
+            f"({expected.simpleString()}); drop the .schema(...) call or select "
             "columns after load()."
         )
 

@@ -15,8 +15,9 @@ from liftbridge_nats.errors import InvalidArgumentError
 
 from ._options import parse_read_options, parse_write_options
 from ._reader import LiftbridgeReader
-from ._schema import READ_SCHEMA, check_read_schema
+from ._schema import check_read_schema, read_schema
 from ._stream_reader import LiftbridgeStreamReader
+from ._values import Options, flag
 from ._writer import LiftbridgeStreamWriter, LiftbridgeWriter
 
 __all__ = ["LiftbridgeDataSource"]
@@ -33,17 +34,25 @@ def _append_only(overwrite: bool) -> None:
 class LiftbridgeDataSource(DataSource):
     """Spark data source ``"liftbridge"``; register with ``spark.dataSource.register``.
 
-    Read options: ``brokers`` (required), ``stream`` (required), ``startingOffsets``
-    (``earliest`` / ``latest`` / ``{"stream": {"0": 12, "1": -2}}``, -2 earliest,
-    -1 latest), ``endingOffsets`` (batch only, exclusive), ``startingTimestamp`` (ms
-    since the epoch), ``maxOffsetsPerSplit`` (default 100000), ``maxOffsetsPerTrigger``
-    (streaming), ``resumePaused`` (default true), ``timeout`` (s, default 10).
+    Read options: ``brokers`` (required); one of ``stream``, ``streams`` (comma-
+    separated) or ``streamPattern`` (a regular expression over whole stream names);
+    ``startingOffsets`` (``earliest`` / ``latest`` / ``{"stream": {"0": 12, "1": -2}}``,
+    -2 earliest, -1 latest), ``startingTimestamp`` or ``startingOffsetsByTimestamp``
+    (ms since the epoch, for all partitions or as JSON per partition);
+    ``endingOffsets``, ``endingTimestamp``, ``endingOffsetsByTimestamp`` (batch only,
+    exclusive); ``failOnDataLoss`` (default true); ``includeHeaders`` (default true);
+    ``maxOffsetsPerSplit`` (default 100000), ``maxOffsetsPerTrigger`` (streaming);
+    ``resumePaused`` (default true); ``timeout`` (s, default 10); TLS for gRPC:
+    ``tls``, ``tls.ca``, ``tls.cert``, ``tls.key``, ``tls.serverName``.
 
     Write options: ``nats_url`` (required), ``stream`` (+ ``brokers``) or ``subject``,
     ``ack_policy`` (ALL (default), LEADER, NONE), ``ack_timeout`` (s, default 30),
-    ``max_inflight`` (default 4096), ``timeout`` (s). Columns: ``value`` (binary or
-    string, required), ``key``, ``headers`` (map), ``partition`` (int). Option names
-    ignore case and underscores.
+    ``max_inflight`` (default 4096), ``timeout`` (s); NATS credentials: ``nats.user`` +
+    ``nats.password``, ``nats.token``, ``nats.nkeySeedFile`` or ``nats.credsFile``, and
+    ``nats.tls``, ``nats.tls.ca``, ``nats.tls.cert``, ``nats.tls.key``; the ``tls.*``
+    options for the stream look-up over gRPC. Columns: ``value`` (binary or string,
+    required), ``key``, ``headers`` (map), ``partition`` (int). Option names ignore
+    case, underscores and dots.
     """
 
     @classmethod
@@ -52,18 +61,23 @@ class LiftbridgeDataSource(DataSource):
         return "liftbridge"
 
     def schema(self) -> StructType:
-        """stream, partition, offset, key, value, timestamp, subject, headers."""
-        return READ_SCHEMA
+        """stream, partition, offset, key, value, timestamp, subject, headers.
+
+        Without ``headers`` when the option ``includeHeaders`` is false.
+        """
+        return read_schema(flag(Options(self.options), "includeHeaders", True) is not False)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """Batch reader over a snapshot planned now."""
-        check_read_schema(schema)
-        return LiftbridgeReader(parse_read_options(self.options, streaming=False), schema)
+        opts = parse_read_options(self.options, streaming=False)
+        check_read_schema(schema, read_schema(opts.include_headers))
+        return LiftbridgeReader(opts, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """Micro-batch reader with offsets in Spark's checkpoint."""
-        check_read_schema(schema)
-        return LiftbridgeStreamReader(parse_read_options(self.options, streaming=True), schema)
+        opts = parse_read_options(self.options, streaming=True)
+        check_read_schema(schema, read_schema(opts.include_headers))
+        return LiftbridgeStreamReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """Batch sink; every task publishes with acks."""

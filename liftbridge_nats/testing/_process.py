@@ -8,6 +8,7 @@ import socket
 import subprocess
 import time
 from collections import deque
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -47,13 +48,17 @@ def tail(path: Path, lines: int) -> str:
 class ServerProcess:
     """A child process whose stdout and stderr go to ``log_path``.
 
-    Every method reaps the child it stops, so no zombie is left behind.
+    ``env`` replaces the environment the child gets (the parent's when None). Every
+    method reaps the child it stops, so no zombie is left behind.
     """
 
-    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
+    def __init__(
+        self, name: str, argv: list[str], log_path: Path, env: Mapping[str, str] | None = None
+    ) -> None:
         self.name = name
         self.argv = argv
         self.log_path = log_path
+        self.env = None if env is None else dict(env)
         self._popen: subprocess.Popen[bytes] | None = None
         # True from start() until kill()/terminate(): a process that is wanted but not
         # running exited by itself, which readiness checks report as an error.
@@ -97,6 +102,7 @@ class ServerProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env=self.env,
             )
 
     def kill(self) -> None:

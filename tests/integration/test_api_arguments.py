@@ -195,12 +195,15 @@ async def test_publish_on_unstarted_or_closed_publisher(nats_client: NATS) -> No
         (["127.0.0.1:9292"], {"timeout": -1}),
         (["127.0.0.1:9292"], {"timeout": float("nan")}),
         (12345, {}),
+        (["127.0.0.1:9292"], {"read_ahead_messages": 0}),
+        (["127.0.0.1:9292"], {"read_ahead_messages": 1.5}),
+        (["127.0.0.1:9292"], {"read_ahead_bytes": 1024}),
     ],
 )
 def test_client_constructor_errors(brokers: BadArg, kwargs: BadArgs) -> None:
     with pytest.raises(ARG_ERRORS) as info:
         Client(brokers, **kwargs)
-    _assert_clear(info.value, "broker", "timeout", "host:port", "address")
+    _assert_clear(info.value, "broker", "timeout", "host:port", "address", "read_ahead")
 
 
 @pytest.fixture

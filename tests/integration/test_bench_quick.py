@@ -45,6 +45,7 @@ def test_quick_mode_produces_every_case(tmp_path: Path) -> None:
     record = json.loads((out / "results.json").read_text())
     assert (out / "RESULTS.md").read_text().startswith("# liftbridge-nats benchmark results")
     assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "results-fanout.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # Every peer is part of quick mode: a missing one is a failure, not a skip.
     assert record["meta"]["peers_missing"] == {}
@@ -57,7 +58,7 @@ def test_quick_mode_produces_every_case(tmp_path: Path) -> None:
     clients = {case["client"] for case in record["cases"]}
     for client in (plan.OURS, plan.BARE, plan.RAW, plan.GUFO_BULK, plan.GUFO_UNARY,
                    plan.GO_ASYNC, plan.GO_SYNC, plan.GO_SUB, plan.GUFO_SUB, plan.GRPC_SUB, plan.OURS_UVLOOP,
-                   *plan.SERVICES):  # fmt: skip
+                   plan.GRPC_SYNC_SUB, *plan.FANOUT_CLIENTS, plan.GO_FANOUT, *plan.SERVICES):  # fmt: skip
         assert client in clients
     # The services' pattern and the key+headers messages, for ours and the Go peer alike.
     keyed = {case["client"] for case in record["cases"] if case.get("keyed")}
@@ -72,5 +73,7 @@ def test_quick_mode_produces_every_case(tmp_path: Path) -> None:
             assert result["cpu_us_per_msg"] > 0, case_id
         if "public_api_sent" in result:  # the services' pattern stays on the fast path
             assert result["public_api_sent"] == 0, case_id
+        if case_id.startswith("fanout/"):
+            assert result["threads"] > 0, case_id
     assert "[" in proc.stdout and "/" in proc.stdout  # one progress line per case
     assert record["meta"]["versions"]["go-liftbridge"] == "v2.3.0"

@@ -5,12 +5,11 @@ duplicates."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import defaultdict
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from _waiting import wait_for
 
 from liftbridge_nats.client import Client
 from liftbridge_nats.errors import InvalidArgumentError, NoStoredPositionError
@@ -18,14 +17,6 @@ from liftbridge_nats.groups import Consumer, group_cursor_id
 from liftbridge_nats.messages import StartPosition
 
 PARTITIONS = 6
-
-
-async def wait_for(check: Callable[[], bool], what: str, within: float = 20.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def covers(stream: str, members: list[Consumer]) -> bool:

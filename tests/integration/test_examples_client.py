@@ -39,6 +39,37 @@ async def test_cursors_example(liftbridge_cluster: Any) -> None:
     ]
 
 
-@pytest.mark.parametrize("name", ["subscribe.py", "consumer_group.py", "cursors.py"])
+async def test_group_manual_commit_example(liftbridge_cluster: Any) -> None:
+    out = await run_example("group_manual_commit.py", liftbridge_cluster)
+    assert out.splitlines() == [
+        "processed 20",
+        "committed (next offset to read) [10, 10]",
+        "lag [0, 0]",
+        "lag while stopped [2, 1]",
+        "second run processed 3",
+        "totals per partition [132, 121]",
+    ]
+
+
+async def test_rebalance_listener_example(liftbridge_cluster: Any) -> None:
+    out = await run_example("rebalance_listener.py", liftbridge_cluster)
+    assert out.splitlines() == [
+        "alice counted 40 orders",
+        "bob took 2 partitions; alice flushed them first",
+        "store while both run [10, 10]",
+        "store after alice closed [10, 10, 10, 10]",
+    ]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "subscribe.py",
+        "consumer_group.py",
+        "cursors.py",
+        "group_manual_commit.py",
+        "rebalance_listener.py",
+    ],
+)
 def test_examples_are_short(name: str) -> None:
     assert len((EXAMPLES / name).read_text().splitlines()) < 110

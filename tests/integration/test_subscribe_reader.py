@@ -1,6 +1,7 @@
-"""Subscriptions read by a thread each (see liftbridge_nats._stream_reader), against a
-real server: no reader thread outlives its subscription or the client, a cancelled
-wait loses nothing, and many readers at once each see the whole partition."""
+"""Subscriptions read on the event loop over one HTTP/2 connection per broker (see
+liftbridge_nats._read_pool), against a real server: no thread per subscription, no
+call outlives its subscription or the client, a cancelled wait loses nothing, and
+many readers at once each see the whole partition."""
 
 from __future__ import annotations
 
@@ -18,14 +19,14 @@ from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
 from liftbridge_nats.publisher import Publisher
 
 
-def reader_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("liftbridge-subscribe ")]
+def open_calls(client: Client) -> int:
+    return client._router.pool.reads.open_calls
 
 
-async def until_no_reader_thread(within: float = 5.0) -> None:
+async def until_no_open_call(client: Client, within: float = 5.0) -> None:
     deadline = time.monotonic() + within
-    while reader_threads():
-        assert time.monotonic() < deadline, f"reader threads left: {reader_threads()}"
+    while open_calls(client):
+        assert time.monotonic() < deadline, f"calls left open: {open_calls(client)}"
         await asyncio.sleep(0.01)
 
 
@@ -38,43 +39,54 @@ async def fill(nats_client: Any, name: str, count: int) -> None:
         await asyncio.gather(*futures)
 
 
-async def test_no_reader_thread_outlives_aclose_or_the_client(
+async def test_no_call_outlives_aclose_or_the_client(
     liftbridge_cluster: Any, unique_name: Any
 ) -> None:
-    name = unique_name("threads")
-    assert reader_threads() == []
+    name = unique_name("calls")
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name)
         for i in range(5):
             await client.publish(name, b"%d" % i)
+        threads = threading.active_count()
 
         # Closed by `async with` in the middle of the stream.
         async with client.subscribe(name, start_position=StartPosition.EARLIEST) as sub:
             assert (await anext(sub)).offset == 0
-            assert len(reader_threads()) == 1
-        assert reader_threads() == []
+            assert open_calls(client) == 1
+        assert open_calls(client) == 0
 
-        # Ended by its stop offset: the thread is stopped then, and joined by aclose().
+        # Ended by its stop offset: the call is over then.
         sub = client.subscribe(name, start_offset=0, stop_offset=4)
         async with asyncio.timeout(10):
             assert [m.offset async for m in sub] == [0, 1, 2, 3, 4]
         assert sub.closed
         await sub.aclose()
-        assert reader_threads() == []
+        assert open_calls(client) == 0
 
-        # Nothing to read (the server answers with an error status): no thread either.
+        # Nothing to read (the server answers with an error status): no call left.
         async with asyncio.timeout(10):
             sub = client.subscribe(
                 name, start_position=StartPosition.EARLIEST, stop_time=time.time_ns() - 10**12
             )
             assert [m.offset async for m in sub] == []
-        assert reader_threads() == []
+        assert open_calls(client) == 0
 
-        # Never closed: the client's close stops and joins it.
+        # Many at once: one connection, and not one thread more.
+        subs = [client.subscribe(name, start_position=StartPosition.EARLIEST) for _ in range(50)]
+        for each in subs:
+            await each.start()
+        assert open_calls(client) == 50
+        assert client._router.pool.reads.connections == 1
+        assert threading.active_count() <= threads
+        for each in subs:
+            await each.aclose()
+        assert open_calls(client) == 0
+
+        # Never closed: the client's close cancels it.
         left_open = client.subscribe(name, start_position=StartPosition.EARLIEST)
         assert (await asyncio.wait_for(anext(left_open), 10)).offset == 0
-        assert len(reader_threads()) == 1
-    assert reader_threads() == []
+        assert open_calls(client) == 1
+    assert open_calls(client) == 0
     async with asyncio.timeout(5):
         rest = [m.offset async for m in left_open]  # what was read ahead, then the end
     assert rest == list(range(1, 1 + len(rest)))
@@ -83,7 +95,7 @@ async def test_no_reader_thread_outlives_aclose_or_the_client(
     # The metadata is still cached, but a closed client starts no new reader.
     with pytest.raises(ClientClosedError):
         await client.subscribe(name, start_position=StartPosition.EARLIEST).start()
-    assert reader_threads() == []
+    assert open_calls(client) == 0
 
 
 async def test_closing_ends_a_waiting_iteration(liftbridge_cluster: Any, unique_name: Any) -> None:
@@ -105,10 +117,10 @@ async def test_closing_ends_a_waiting_iteration(liftbridge_cluster: Any, unique_
         assert not waiting.done()
     assert await asyncio.wait_for(waiting, 5) is None  # ended by the client's close
     assert sub.closed
-    assert reader_threads() == []
+    assert open_calls(client) == 0
 
 
-async def test_aclose_during_start_leaves_no_thread(
+async def test_aclose_during_start_leaves_no_call(
     liftbridge_cluster: Any, unique_name: Any
 ) -> None:
     name = unique_name("racing")
@@ -123,10 +135,10 @@ async def test_aclose_during_start_leaves_no_thread(
             await asyncio.wait_for(starting, 5)
             assert sub.closed
             assert await anext(sub, None) is None
-            assert reader_threads() == []
+            assert open_calls(client) == 0
 
 
-async def test_a_dropped_subscription_stops_its_thread(
+async def test_a_dropped_subscription_cancels_its_call(
     liftbridge_cluster: Any, unique_name: Any
 ) -> None:
     name = unique_name("dropped")
@@ -135,10 +147,10 @@ async def test_a_dropped_subscription_stops_its_thread(
         await client.publish(name, b"x")
         sub = client.subscribe(name, start_position=StartPosition.EARLIEST)
         assert (await asyncio.wait_for(anext(sub), 10)).value == b"x"
-        assert len(reader_threads()) == 1
+        assert open_calls(client) == 1
         del sub
         gc.collect()
-        await until_no_reader_thread()
+        await until_no_open_call(client)
 
 
 async def test_timed_out_waits_lose_no_message(
@@ -186,4 +198,4 @@ async def test_concurrent_readers_each_see_the_whole_partition(
             results = await asyncio.gather(*(read_all() for _ in range(readers)))
         for offsets in results:
             assert offsets == list(range(count))
-    assert reader_threads() == []
+        assert open_calls(client) == 0

@@ -179,3 +179,91 @@ def test_unknown_stream_and_partition(
     other = json.dumps({"other": {"0": 0}})
     with pytest.raises(Exception, match="'endingOffsets' names stream"):
         reader(spark, liftbridge_cluster, stream, endingOffsets=other).load().collect()
+
+
+def test_several_streams_by_list_and_pattern(
+    spark: Any, liftbridge_cluster: Any, unique_name: Any
+) -> None:
+    base = unique_name("multi")
+    names = [f"{base}-a", f"{base}-b", f"{base}-c"]
+    for i, name in enumerate(names):
+        create_stream(liftbridge_cluster, name, 2)
+        publish(
+            liftbridge_cluster, name, [Record(p, f"{name}/{p}".encode()) for p in (0, 1)] * (i + 1)
+        )
+    brokers = ",".join(liftbridge_cluster.brokers)
+
+    def read(**options: str) -> list[tuple[str, int, int]]:
+        r = spark.read.format("liftbridge").option("brokers", brokers)
+        for k, v in options.items():
+            r = r.option(k, v)
+        return sorted((row.stream, row.partition, row.offset) for row in r.load().collect())
+
+    two = read(streams=f"{names[0]}, {names[1]}")
+    assert two == [(names[0], p, 0) for p in (0, 1)] + [
+        (names[1], p, o) for p in (0, 1) for o in (0, 1)
+    ]
+    every = read(streamPattern=f"{base}-[a-z]")
+    assert len(every) == 2 + 4 + 6 and {s for s, _, _ in every} == set(names)
+    # Offsets per stream in one JSON document, as with Kafka's topics.
+    start = json.dumps({names[1]: {"0": 1}, names[2]: {"1": 2}})
+    bounded = read(streamPattern=f"{base}-[bc]", startingOffsets=start)
+    assert bounded == [
+        (names[1], 0, 1),
+        (names[1], 1, 0),
+        (names[1], 1, 1),
+        (names[2], 0, 0),
+        (names[2], 0, 1),
+        (names[2], 0, 2),
+        (names[2], 1, 2),
+    ]
+    assert read(streamPattern=f"{base}-nothing-.*") == []
+    with pytest.raises(Exception, match=r"option 'streams': no stream named '.*-zzz'"):
+        read(streams=f"{names[0]},{base}-zzz")
+    with pytest.raises(Exception, match=r"'startingOffsets' names stream\(s\)"):
+        read(streams=names[0], startingOffsets=json.dumps({names[1]: {"0": 0}}))
+
+
+def test_ending_timestamps(spark: Any, liftbridge_cluster: Any, unique_name: Any) -> None:
+    stream = unique_name("tsend")
+    create_stream(liftbridge_cluster, stream, 2)
+    publish(liftbridge_cluster, stream, [Record(p, b"early") for p in (0, 1)])
+    time.sleep(0.05)
+    first_cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    publish(liftbridge_cluster, stream, [Record(p, b"middle") for p in (0, 1)])
+    time.sleep(0.05)
+    second_cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    publish(liftbridge_cluster, stream, [Record(p, b"late") for p in (0, 1)])
+
+    def values(**options: str) -> list[tuple[int, bytes]]:
+        rows = reader(spark, liftbridge_cluster, stream, **options).load().collect()
+        return sorted((r.partition, r.value) for r in rows)
+
+    # An end time is exclusive: the first offset stored at or after it is not read.
+    assert values(endingTimestamp=str(first_cut)) == [(0, b"early"), (1, b"early")]
+    assert values(startingTimestamp=str(first_cut), endingTimestamp=str(second_cut)) == [
+        (0, b"middle"),
+        (1, b"middle"),
+    ]
+    per_partition = values(
+        startingOffsetsByTimestamp=json.dumps({stream: {"0": second_cut}}),
+        endingOffsetsByTimestamp=json.dumps({stream: {"1": first_cut}}),
+    )
+    # Partition 0 from the second cut to the end; partition 1 from the start to the first.
+    assert per_partition == [(0, b"late"), (1, b"early")]
+    # Ahead of everything stored: empty, not an error.
+    assert values(startingTimestamp=str(second_cut + 3_600_000)) == []
+
+
+def test_include_headers_false(spark: Any, liftbridge_cluster: Any, unique_name: Any) -> None:
+    stream = unique_name("nohdr")
+    create_stream(liftbridge_cluster, stream, 1)
+    publish(liftbridge_cluster, stream, [Record(0, b"v", headers={"h": b"x"})])
+    df = reader(spark, liftbridge_cluster, stream, includeHeaders="false").load()
+    assert "headers" not in df.columns
+    assert df.columns == ["stream", "partition", "offset", "key", "value", "timestamp", "subject"]
+    assert [r.value for r in df.collect()] == [b"v"]
+    with_headers = reader(spark, liftbridge_cluster, stream).load().collect()
+    assert [dict(r.headers) for r in with_headers] == [{"h": b"x"}]

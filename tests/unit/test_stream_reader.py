@@ -1,123 +1,193 @@
-"""The subscription's reader thread, driven by an in-memory call (no server).
+"""The read path without a broker: our HTTP/2 client (liftbridge_nats._h2) and a call's
+buffer (liftbridge_nats._stream_reader) against an independent HTTP/2 server, the h2
+package, connected in memory.
 
-The call stands in for grpc's synchronous Subscribe iterator: ``next()`` blocks until
-the test feeds it an item, ``cancel()`` makes the blocked ``next()`` raise CANCELLED as
-grpc does. The server-backed behaviour is covered in tests/integration.
+The server side follows the gRPC conventions a broker does (response headers, one
+length-prefixed message per DATA frame unless larger, trailers with grpc-status) and
+h2 enforces flow control on what it sends, so the read-ahead bounds are checked as
+the server sees them. The broker-backed behaviour is in tests/integration.
 """
 
 from __future__ import annotations
 
 import asyncio
-import queue
 import random
-import threading
-import time
 from dataclasses import FrozenInstanceError
 from typing import Any, cast
+from urllib.parse import quote
 
 import grpc
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
 import pytest
 
+from liftbridge_nats._h2 import H2Connection
 from liftbridge_nats._proto import api_pb2
 from liftbridge_nats._stream_reader import (
     OPENED,
+    CallHandle,
+    CallStatusError,
     Item,
     StreamEnd,
     StreamReader,
 )
+from liftbridge_nats.errors import RpcError
 from liftbridge_nats.messages import Message
 from liftbridge_nats.wire import message_from_proto
 
 pytestmark = pytest.mark.timeout(60)
 
-_THREAD = "test-stream-reader"
+PATH = "/proto.API/Subscribe"
 
 
-class StatusError(grpc.RpcError):
-    """An RPC failure as the synchronous iterator raises it: with code() and details()."""
-
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self._code = code
-        self._details = details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
+def grpc_message(body: bytes, *, compressed: bool = False) -> bytes:
+    return bytes([int(compressed)]) + len(body).to_bytes(4, "big") + body
 
 
-_FINISH = object()
+def pb(offset: int, value: bytes = b"v") -> bytes:
+    return api_pb2.Message(
+        stream="s", partition=2, offset=offset, value=value, subject="s.2", timestamp=1
+    ).SerializeToString()
 
 
-class FakeCall:
-    """A Subscribe call fed by the test; counts the messages the reader pulled
-    (the handshake included)."""
+HANDSHAKE = b""  # the broker's empty Message
+
+
+class Server:
+    """gRPC over the h2 package's server side, queueing what flow control holds back."""
 
     def __init__(self) -> None:
-        self.items: queue.Queue[object] = queue.Queue()
-        self.pulled = 0
-        self.cancelled = False
+        self.h2 = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
+        )
+        self.h2.initiate_connection()
+        self.requests: dict[int, tuple[dict[str, str], bytearray]] = {}
+        self.resets: dict[int, int] = {}
+        self.queued: dict[int, list[tuple[bytes, int | None]]] = {}
+        self.trailers_after: dict[int, list[tuple[str, str]]] = {}
+        self.sent: dict[int, int] = {}  # message bytes (prefix included) sent per call
+        self.pings_acked = 0
 
-    def feed(self, *items: object) -> None:
-        for item in items:
-            self.items.put(item)
+    def receive(self, data: bytes) -> None:
+        for event in self.h2.receive_data(data):
+            if isinstance(event, h2.events.RequestReceived):
+                headers = {str(k): str(v) for k, v in event.headers or []}
+                self.requests[event.stream_id] = (headers, bytearray())
+            elif isinstance(event, h2.events.DataReceived):
+                self.requests[event.stream_id][1].extend(event.data or b"")
+                self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, h2.events.StreamReset):
+                self.resets[event.stream_id] = event.error_code
+                self.queued.pop(event.stream_id, None)
+            elif isinstance(event, h2.events.WindowUpdated):
+                for stream_id in list(self.queued):
+                    self.flush(stream_id)
+            elif isinstance(event, h2.events.PingAckReceived):
+                self.pings_acked += 1
 
-    def __iter__(self) -> FakeCall:
-        return self
+    def respond(self, stream_id: int) -> None:
+        self.h2.send_headers(stream_id, [(":status", "200"), ("content-type", "application/grpc")])
 
-    def __next__(self) -> api_pb2.Message:
-        if self.cancelled:
-            raise StatusError(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
-        item = self.items.get()
-        if self.cancelled:
-            raise StatusError(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
-        if item is _FINISH:
-            raise StopIteration
-        if isinstance(item, BaseException):
-            raise item
-        self.pulled += 1
-        return cast(api_pb2.Message, item)
+    def send(self, stream_id: int, *bodies: bytes, pad: int | None = None) -> None:
+        queue = self.queued.setdefault(stream_id, [])
+        queue.extend((grpc_message(b), pad) for b in bodies)
+        self.flush(stream_id)
 
-    def cancel(self) -> bool:
-        self.cancelled = True
-        self.items.put(None)  # wake a blocked next()
-        return True
+    def send_raw(self, stream_id: int, data: bytes) -> None:
+        self.queued.setdefault(stream_id, []).append((data, None))
+        self.flush(stream_id)
+
+    def finish(self, stream_id: int, status: int = 0, message: str = "") -> None:
+        trailers = [("grpc-status", str(status))]
+        if message:
+            trailers.append(("grpc-message", quote(message)))
+        self.trailers_after[stream_id] = trailers
+        self.flush(stream_id)
+
+    def flush(self, stream_id: int) -> None:
+        """Send queued messages as far as the window allows, one DATA frame per message
+        (several for a message above the frame size), like the broker does."""
+        queue = self.queued.get(stream_id, [])
+        while queue:
+            data, pad = queue[0]
+            room = self.h2.local_flow_control_window(stream_id) - (pad or 0) - (1 if pad else 0)
+            if room <= 0:
+                return
+            step = min(len(data), room, self.h2.max_outbound_frame_size - (pad or 0) - 1)
+            self.h2.send_data(stream_id, data[:step], pad_length=pad)
+            self.sent[stream_id] = self.sent.get(stream_id, 0) + step
+            if step == len(data):
+                queue.pop(0)
+            else:
+                queue[0] = (data[step:], pad)
+        trailers = self.trailers_after.pop(stream_id, None)
+        if trailers is not None:
+            self.h2.send_headers(stream_id, trailers, end_stream=True)
 
 
-def pb(offset: int, value: bytes = b"v") -> api_pb2.Message:
-    return api_pb2.Message(stream="s", partition=2, offset=offset, value=value, subject="s.2")
+class Pair:
+    """Our client connection and the server, bytes carried between them in memory."""
+
+    def __init__(self) -> None:
+        self.client = H2Connection("broker:9292")
+        self.server = Server()
+        self.client.initiate()
+        self.pump()
+
+    def pump(self) -> None:
+        for _ in range(1000):
+            outgoing = bytes(self.client.outbox)
+            self.client.outbox.clear()
+            if outgoing:
+                self.server.receive(outgoing)
+            incoming = self.server.h2.data_to_send()
+            if incoming:
+                self.client.receive(incoming)
+            if not outgoing and not incoming and not self.client.outbox:
+                return
+        raise AssertionError("the connection never settled")
+
+    def call(self, request: bytes = b"req", **limits: int) -> tuple[StreamReader, int]:
+        reader = StreamReader(**limits)
+        stream_id = self.client.start_call(PATH, request, reader, window=reader.window)
+        reader.attach(Handle(self, stream_id))
+        self.pump()
+        return reader, stream_id
 
 
-HANDSHAKE = api_pb2.Message()
+class Handle(CallHandle):
+    """Grants and cancellation go out with the next pump, as a socket write would."""
 
+    def __init__(self, pair: Pair, stream_id: int) -> None:
+        self.pair = pair
+        self.stream_id = stream_id
 
-def reader_for(call: FakeCall, **kwargs: Any) -> StreamReader:
-    reader = StreamReader(cast(Any, call), name=_THREAD, **kwargs)
-    reader.start()
-    return reader
+    def grant(self, increment: int) -> None:
+        self.pair.client.grant(self.stream_id, increment)
+        asyncio.get_running_loop().call_soon(self.pair.pump)
 
-
-def reader_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == _THREAD]
+    def cancel(self) -> None:
+        self.pair.client.cancel(self.stream_id)
+        asyncio.get_running_loop().call_soon(self.pair.pump)
 
 
 async def take(reader: StreamReader, within: float = 5.0) -> Item:
     return await asyncio.wait_for(reader.next_item(), within)
 
 
-async def eventually(condition: Any, within: float = 5.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)
+async def offsets(reader: StreamReader, n: int) -> list[int]:
+    return [cast(Message, await take(reader)).offset for _ in range(n)]
 
 
-@pytest.fixture(autouse=True)
-def no_thread_left() -> Any:
-    yield
-    assert reader_threads() == [], "a reader thread outlived its test"
+async def opened(pair: Pair, **limits: int) -> tuple[StreamReader, int]:
+    reader, stream_id = pair.call(b"req", **limits)
+    pair.server.respond(stream_id)
+    pair.server.send(stream_id, HANDSHAKE)
+    pair.pump()
+    assert await take(reader) is OPENED
+    return reader, stream_id
 
 
 # ---------------------------------------------------------------------- conversion
@@ -152,190 +222,320 @@ def test_message_from_proto_equals_the_dataclass_constructor(fields: dict[str, A
     assert type(fast) is Message
     assert fast == reference
     assert repr(fast) == repr(reference)
-    assert hash(fast.offset) == hash(reference.offset)
     assert type(fast.headers) is dict
 
 
 def test_message_from_proto_is_frozen() -> None:
-    msg = message_from_proto(pb(1))
+    msg = message_from_proto(api_pb2.Message.FromString(pb(1)))
     with pytest.raises(FrozenInstanceError):
         msg.offset = 2  # type: ignore[misc]
 
 
-# ---------------------------------------------------------------------- stream
+# ---------------------------------------------------------------------- one call
+
+
+async def test_the_request_is_a_grpc_call() -> None:
+    pair = Pair()
+    request = api_pb2.SubscribeRequest(stream="orders", partition=3).SerializeToString()
+    _, stream_id = pair.call(request)
+    headers, body = pair.server.requests[stream_id]
+    assert headers[":method"] == "POST"
+    assert headers[":path"] == PATH
+    assert headers[":scheme"] == "http"
+    assert headers[":authority"] == "broker:9292"
+    assert headers["content-type"] == "application/grpc"
+    assert headers["te"] == "trailers"
+    assert bytes(body) == grpc_message(request)
 
 
 async def test_opened_messages_then_end_in_order() -> None:
-    call = FakeCall()
-    reader = reader_for(call)
-    call.feed(HANDSHAKE, *(pb(i, b"%d" % i) for i in range(300)), _FINISH)
+    pair = Pair()
+    reader, stream_id = pair.call()
+    pair.server.respond(stream_id)
+    pair.server.send(stream_id, HANDSHAKE, *(pb(i, b"%d" % i) for i in range(300)))
+    pair.server.finish(stream_id)
+    pair.pump()
     assert await take(reader) is OPENED
-    got = [await take(reader) for _ in range(300)]
-    assert [cast(Message, m).offset for m in got] == list(range(300))
-    assert cast(Message, got[42]).value == b"42"
+    got = [cast(Message, await take(reader)) for _ in range(300)]
+    assert [m.offset for m in got] == list(range(300))
+    assert got[42].value == b"42" and got[42].stream == "s" and got[42].partition == 2
     end = await take(reader)
-    assert isinstance(end, StreamEnd) and end.error is None
-    await reader.aclose()
+    assert isinstance(end, StreamEnd) and end.error is None and not end.cancelled
     assert reader.finished
 
 
 async def test_skip_through_drops_replayed_offsets() -> None:
-    call = FakeCall()
-    reader = reader_for(call, skip_through=5)
-    call.feed(HANDSHAKE, *(pb(i) for i in range(3, 9)), _FINISH)
+    pair = Pair()
+    reader, stream_id = pair.call(skip_through=5)
+    pair.server.respond(stream_id)
+    pair.server.send(stream_id, HANDSHAKE, *(pb(i) for i in range(3, 9)))
+    pair.server.finish(stream_id)
+    pair.pump()
     assert await take(reader) is OPENED
-    assert [cast(Message, await take(reader)).offset for _ in range(3)] == [6, 7, 8]
+    assert await offsets(reader, 3) == [6, 7, 8]
     assert isinstance(await take(reader), StreamEnd)
-    await reader.aclose()
 
 
-async def test_rpc_error_arrives_after_the_messages_before_it() -> None:
-    call = FakeCall()
-    reader = reader_for(call)
-    failure = StatusError(grpc.StatusCode.UNAVAILABLE, "broker went away")
-    call.feed(HANDSHAKE, pb(0), pb(1), failure)
-    assert await take(reader) is OPENED
-    assert cast(Message, await take(reader)).offset == 0
-    assert cast(Message, await take(reader)).offset == 1
+async def test_an_error_status_arrives_after_the_messages_before_it() -> None:
+    pair = Pair()
+    reader, stream_id = await opened(pair)
+    pair.server.send(stream_id, pb(0), pb(1))
+    pair.server.finish(stream_id, 14, "broker went away: 100% gone")
+    pair.pump()
+    assert await offsets(reader, 2) == [0, 1]
     end = await take(reader)
-    assert isinstance(end, StreamEnd) and end.error is failure
-    await reader.aclose()
+    assert isinstance(end, StreamEnd) and isinstance(end.error, CallStatusError)
+    assert end.error.code() is grpc.StatusCode.UNAVAILABLE
+    assert end.error.details() == "broker went away: 100% gone"
 
 
-async def test_a_failure_that_is_not_an_rpc_error_cancels_the_call() -> None:
-    call = FakeCall()
-    reader = reader_for(call)
-    call.feed(HANDSHAKE, ValueError("bug"))
-    assert await take(reader) is OPENED
+async def test_a_refusal_without_messages_is_one_header_block() -> None:
+    pair = Pair()
+    reader, stream_id = pair.call()
+    pair.server.h2.send_headers(
+        stream_id,
+        [
+            (":status", "200"),
+            ("content-type", "application/grpc"),
+            ("grpc-status", "9"),
+            ("grpc-message", "Server not partition leader"),
+        ],
+        end_stream=True,
+    )
+    pair.pump()
     end = await take(reader)
-    assert isinstance(end, StreamEnd) and isinstance(end.error, ValueError)
-    assert call.cancelled
-    await reader.aclose()
+    assert isinstance(end, StreamEnd) and isinstance(end.error, CallStatusError)
+    assert end.error.code() is grpc.StatusCode.FAILED_PRECONDITION
+    assert end.error.details() == "Server not partition leader"
 
 
-async def test_aclose_cancels_a_blocked_read_and_joins_the_thread() -> None:
-    call = FakeCall()
-    reader = reader_for(call)
-    call.feed(HANDSHAKE)
-    assert await take(reader) is OPENED
-    waiting = asyncio.ensure_future(reader.next_item())
-    await asyncio.sleep(0.05)
-    assert not waiting.done()
-    await asyncio.wait_for(reader.aclose(), 5)
-    assert call.cancelled and reader.finished
+@pytest.mark.parametrize(
+    ("http_status", "code"),
+    [("503", grpc.StatusCode.UNAVAILABLE), ("404", grpc.StatusCode.UNIMPLEMENTED)],
+)
+async def test_an_http_error_reads_as_a_grpc_status(
+    http_status: str, code: grpc.StatusCode
+) -> None:
+    pair = Pair()
+    reader, stream_id = pair.call()
+    pair.server.h2.send_headers(stream_id, [(":status", http_status)], end_stream=True)
+    pair.pump()
+    end = await take(reader)
+    assert isinstance(end, StreamEnd) and isinstance(end.error, CallStatusError)
+    assert end.error.code() is code
+
+
+@pytest.mark.parametrize(
+    ("reset", "code"),
+    [
+        (h2.errors.ErrorCodes.REFUSED_STREAM, grpc.StatusCode.UNAVAILABLE),
+        (h2.errors.ErrorCodes.CANCEL, grpc.StatusCode.CANCELLED),
+        (h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, grpc.StatusCode.UNAVAILABLE),
+        (h2.errors.ErrorCodes.INTERNAL_ERROR, grpc.StatusCode.INTERNAL),
+    ],
+)
+async def test_a_reset_by_the_server_ends_the_call(
+    reset: h2.errors.ErrorCodes, code: grpc.StatusCode
+) -> None:
+    pair = Pair()
+    reader, stream_id = await opened(pair)
+    pair.server.send(stream_id, pb(0))
+    pair.server.h2.reset_stream(stream_id, reset)
+    pair.pump()
+    assert await offsets(reader, 1) == [0]
+    end = await take(reader)
+    assert isinstance(end, StreamEnd) and isinstance(end.error, CallStatusError)
+    assert end.error.code() is code
+
+
+async def test_cancel_resets_the_stream_and_the_connection_goes_on() -> None:
+    pair = Pair()
+    first, first_id = await opened(pair)
+    waiting = asyncio.ensure_future(first.next_item())
+    await asyncio.sleep(0)
+    first.cancel()
     end = await asyncio.wait_for(waiting, 5)
-    assert isinstance(end, StreamEnd)
-    assert reader_threads() == []
-    await reader.aclose()  # idempotent
+    assert isinstance(end, StreamEnd) and end.cancelled
+    await asyncio.sleep(0)  # the reset goes out with the next pump
+    assert pair.server.resets == {first_id: h2.errors.ErrorCodes.CANCEL}
+    first.cancel()  # idempotent
+    second, second_id = await opened(pair)
+    pair.server.send(second_id, pb(7))
+    pair.pump()
+    assert await offsets(second, 1) == [7]
+    assert pair.client.open_calls == 1
 
 
-async def test_cancelled_wait_loses_no_message() -> None:
-    call = FakeCall()
-    reader = reader_for(call)
-    call.feed(HANDSHAKE)
-    assert await take(reader) is OPENED
-    for _ in range(3):
-        with pytest.raises(TimeoutError):
-            await asyncio.wait_for(reader.next_item(), 0.05)
-    call.feed(pb(0))
-    assert cast(Message, await take(reader)).offset == 0
-    await reader.aclose()
+async def test_goaway_ends_the_calls_the_server_never_saw() -> None:
+    pair = Pair()
+    kept, kept_id = await opened(pair)
+    dropped, _ = pair.call()
+    # A GOAWAY frame (h2 would stop sending after its own): 8 bytes, stream 0.
+    goaway = (8).to_bytes(3, "big") + b"\x07\x00" + bytes(4)
+    pair.client.receive(goaway + kept_id.to_bytes(4, "big") + bytes(4))
+    assert not pair.client.can_start
+    end = await take(dropped)
+    assert isinstance(end, StreamEnd) and isinstance(end.error, CallStatusError)
+    assert end.error.code() is grpc.StatusCode.UNAVAILABLE
+    pair.server.send(kept_id, pb(0))
+    pair.server.finish(kept_id)
+    pair.pump()
+    assert await offsets(kept, 1) == [0]
+    end = await take(kept)
+    assert isinstance(end, StreamEnd) and end.error is None
 
 
-async def test_a_lone_message_and_a_short_burst_are_delivered_promptly() -> None:
-    call = FakeCall()
-    reader = reader_for(call)
-    call.feed(HANDSHAKE)
-    assert await take(reader) is OPENED
-    for round_ in range(20):
-        # Alternately one message after a pause, and a burst shorter than a batch that
-        # then stops: both must reach a waiting consumer without another message.
-        batch = 1 if round_ % 2 else 10
-        started = time.monotonic()
-        call.feed(*(pb(round_ * 100 + i) for i in range(batch)))
-        for _ in range(batch):
-            await take(reader, within=1.0)
-        assert time.monotonic() - started < 1.0
-        await asyncio.sleep(0.003)
-    await reader.aclose()
+async def test_a_lost_connection_ends_every_call_as_unavailable() -> None:
+    pair = Pair()
+    readers = [(await opened(pair))[0] for _ in range(3)]
+    pair.client.connection_lost("Socket closed")
+    for reader in readers:
+        end = await take(reader)
+        assert isinstance(end, StreamEnd) and isinstance(end.error, CallStatusError)
+        assert end.error.code() is grpc.StatusCode.UNAVAILABLE
 
 
-async def test_a_full_buffer_stops_the_thread_until_drained_to_half() -> None:
-    call = FakeCall()
-    reader = reader_for(call, max_messages=10)
-    call.feed(HANDSHAKE)
-    assert await take(reader) is OPENED
-    call.feed(*(pb(i) for i in range(100)))
-    await eventually(lambda: call.pulled >= 11)
-    await asyncio.sleep(0.1)
-    assert call.pulled == 11, "the thread read past a full buffer"
-    for i in range(4):
+async def test_pings_and_settings_are_answered() -> None:
+    pair = Pair()
+    pair.server.h2.ping(b"12345678")
+    pair.server.h2.update_settings({h2.settings.SettingCodes.MAX_FRAME_SIZE: 32768})
+    pair.pump()
+    assert pair.server.pings_acked == 1
+    assert pair.client.can_start
+
+
+async def test_padding_and_continuation_frames() -> None:
+    pair = Pair()
+    reader, stream_id = await opened(pair)
+    pair.server.send(stream_id, *(pb(i, b"p" * 50) for i in range(200)), pad=40)
+    # Trailers larger than one frame arrive in HEADERS + CONTINUATION frames.
+    pair.server.finish(stream_id, 13, "x" * 40_000)
+    pair.pump()
+    assert await offsets(reader, 200) == list(range(200))
+    end = await take(reader)
+    assert isinstance(end, StreamEnd) and isinstance(end.error, CallStatusError)
+    assert end.error.details() == "x" * 40_000
+
+
+async def test_messages_larger_than_frames_and_windows() -> None:
+    pair = Pair()
+    reader, stream_id = await opened(pair, max_bytes=64 * 1024)
+    sizes = [300_000, 10, 70_000, 1, 200_000]
+    pair.server.send(stream_id, *(pb(i, b"z" * n) for i, n in enumerate(sizes)))
+    pair.pump()
+    for i, size in enumerate(sizes):
+        msg = cast(Message, await take(reader))
+        assert (msg.offset, len(msg.value)) == (i, size)
+
+
+async def test_a_compressed_message_ends_the_call_with_an_error() -> None:
+    pair = Pair()
+    reader, stream_id = await opened(pair)
+    pair.server.send_raw(stream_id, grpc_message(pb(0), compressed=True))
+    pair.pump()
+    end = await take(reader)
+    assert isinstance(end, StreamEnd) and isinstance(end.error, RpcError)
+    assert "compressed" in str(end.error)
+    await asyncio.sleep(0)
+    assert stream_id in pair.server.resets
+
+
+# ---------------------------------------------------------------------- read-ahead
+
+
+async def read_slowly(
+    pair: Pair, reader: StreamReader, stream_id: int, bodies: list[bytes], first: int, last: int
+) -> tuple[int, int]:
+    """Take messages ``first`` to ``last - 1`` one by one, letting the connection run
+    between takes. Returns the most bytes and the most messages the server had sent
+    beyond what was taken (what the client held or had in flight)."""
+    sizes = [len(grpc_message(body)) for body in bodies]
+    taken = len(grpc_message(HANDSHAKE)) + sum(sizes[:first])
+    most_bytes = most_messages = 0
+    for i in range(first, last):
+        pair.pump()
+        await asyncio.sleep(0)  # let a grant go out
+        pair.pump()
+        ahead = pair.server.sent[stream_id] - taken
+        most_bytes = max(most_bytes, ahead)
+        held, n = 0, i
+        while n < len(sizes) and held + sizes[n] <= ahead:
+            held += sizes[n]
+            n += 1
+        most_messages = max(most_messages, n - i)
         assert cast(Message, await take(reader)).offset == i
-    await asyncio.sleep(0.1)
-    assert call.pulled == 11, "the thread resumed before the buffer was half empty"
-    assert cast(Message, await take(reader)).offset == 4  # 5 left: half
-    await eventually(lambda: call.pulled > 11)
-    got = [cast(Message, await take(reader)).offset for _ in range(95)]
-    assert got == list(range(5, 100))
-    await reader.aclose()
+        taken += sizes[i]
+    return most_bytes, most_messages
 
 
-async def test_the_byte_bound_applies_too() -> None:
-    call = FakeCall()
-    reader = reader_for(call, max_bytes=1000)
-    call.feed(HANDSHAKE)
-    assert await take(reader) is OPENED
-    call.feed(*(pb(i, b"x" * 100) for i in range(50)))
-    await eventually(lambda: call.pulled >= 11)
-    await asyncio.sleep(0.1)
-    assert call.pulled == 11, "the thread read past the byte bound"
-    got = [cast(Message, await take(reader)).offset for _ in range(50)]
-    assert got == list(range(50))
-    await reader.aclose()
+async def test_read_ahead_is_bounded_in_bytes() -> None:
+    pair = Pair()
+    max_bytes = 64 * 1024
+    reader, stream_id = await opened(pair, max_bytes=max_bytes)
+    bodies = [pb(i, b"b" * 1000) for i in range(1000)]
+    pair.server.send(stream_id, *bodies)
+    most_bytes, _ = await read_slowly(pair, reader, stream_id, bodies, 0, 1000)
+    assert max_bytes // 2 < most_bytes <= max_bytes
 
 
-async def test_aclose_releases_a_thread_waiting_for_room() -> None:
-    call = FakeCall()
-    reader = reader_for(call, max_messages=4)
-    call.feed(HANDSHAKE, *(pb(i) for i in range(10)))
-    await eventually(lambda: call.pulled >= 4)
-    await asyncio.wait_for(reader.aclose(), 5)
-    assert reader.finished
+async def test_read_ahead_is_bounded_in_messages() -> None:
+    pair = Pair()
+    reader, stream_id = await opened(pair, max_messages=50)
+    bodies = [pb(i, b"m" * 1000) for i in range(2000)]
+    pair.server.send(stream_id, *bodies)
+    # The first window (64 KiB) comes before any size is known; after it the window
+    # holds about 50 messages of the size seen.
+    await read_slowly(pair, reader, stream_id, bodies, 0, 200)
+    _, most_messages = await read_slowly(pair, reader, stream_id, bodies, 200, 2000)
+    assert 25 < most_messages <= 50
 
 
-async def test_no_message_lost_under_racing_producer_and_consumer() -> None:
-    # A producer with irregular pauses against a consumer that sometimes gives up
-    # waiting (cancelled waits): every message arrives once, in order.
-    call = FakeCall()
-    reader = reader_for(call, max_messages=64)
+async def test_a_stalled_call_does_not_hold_back_another() -> None:
+    pair = Pair()
+    stalled, stalled_id = await opened(pair, max_bytes=32 * 1024)
+    moving, moving_id = await opened(pair, max_bytes=32 * 1024)
+    pair.server.send(stalled_id, *(pb(i, b"s" * 500) for i in range(1000)))
+    pair.server.send(moving_id, *(pb(i, b"m" * 500) for i in range(1000)))
+    pair.pump()
+    got = []
+    for _ in range(1000):
+        got.append(cast(Message, await take(moving)).offset)
+        pair.pump()
+        await asyncio.sleep(0)
+        pair.pump()
+    assert got == list(range(1000))
+    assert pair.server.sent[stalled_id] <= 32 * 1024
+    stalled.cancel()
+
+
+async def test_cancelled_waits_lose_no_message_under_a_racing_server() -> None:
+    pair = Pair()
+    reader, stream_id = await opened(pair, max_messages=64)
     count = 20_000
     rng = random.Random(7)
 
-    def produce() -> None:
-        call.feed(HANDSHAKE)
-        for i in range(count):
-            call.feed(pb(i))
-            if rng.random() < 0.01:
-                time.sleep(rng.random() * 0.002)
-        call.feed(_FINISH)
+    async def produce() -> None:
+        sent = 0
+        while sent < count:
+            batch = min(count - sent, rng.choice([1, 1, 5, 50, 300]))
+            pair.server.send(stream_id, *(pb(i) for i in range(sent, sent + batch)))
+            pair.pump()
+            sent += batch
+            await asyncio.sleep(rng.random() * 0.002 if rng.random() < 0.3 else 0)
+        pair.server.finish(stream_id)
+        pair.pump()
 
-    producer = threading.Thread(target=produce)
-    producer.start()
-    try:
-        assert await take(reader) is OPENED
-        expected = 0
-        while True:
-            try:
-                item = await asyncio.wait_for(reader.next_item(), 0.0005)
-            except TimeoutError:
-                continue
-            if isinstance(item, StreamEnd):
-                break
-            assert cast(Message, item).offset == expected
-            expected += 1
-            if expected % 1000 == 0:
-                await asyncio.sleep(0.001)
-        assert expected == count
-    finally:
-        producer.join()
-        await reader.aclose()
+    producer = asyncio.ensure_future(produce())
+    expected = 0
+    while True:
+        try:
+            item = await asyncio.wait_for(reader.next_item(), 0.0005)
+        except TimeoutError:
+            pair.pump()
+            continue
+        if isinstance(item, StreamEnd):
+            break
+        assert cast(Message, item).offset == expected
+        expected += 1
+    await producer
+    assert expected == count

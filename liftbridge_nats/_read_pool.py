@@ -1,0 +1,289 @@
+"""The read side's connections: one HTTP/2 connection per broker, shared by every
+Subscribe call to that broker, driven by the event loop.
+
+:mod:`._h2` does the protocol; this module owns the sockets (plain or TLS), opens a
+connection on first use, starts calls on it, and ends every call of a connection
+that breaks, so that each subscription finds out and resubscribes. A broker that
+says GOAWAY keeps its running calls and gets a new connection for new ones.
+No thread is involved: the event loop reads every connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from typing import TYPE_CHECKING
+
+from ._h2 import UNAVAILABLE, H2Connection, H2ProtocolError, Status
+from ._stream_reader import MAX_BYTES, MAX_MESSAGES, CallHandle, StreamReader, status_error
+from .errors import ClientClosedError
+
+if TYPE_CHECKING:
+    from ._grpc import TLSConfig
+
+__all__ = ["SUBSCRIBE_PATH", "ReadPool"]
+
+SUBSCRIBE_PATH = "/proto.API/Subscribe"
+
+
+class _Call(CallHandle):
+    __slots__ = ("_connection", "_stream_id")
+
+    def __init__(self, connection: _Connection, stream_id: int) -> None:
+        self._connection = connection
+        self._stream_id = stream_id
+
+    def grant(self, increment: int) -> None:
+        conn = self._connection
+        conn.h2.grant(self._stream_id, increment)
+        conn.flush()
+
+    def cancel(self) -> None:
+        conn = self._connection
+        conn.h2.cancel(self._stream_id)
+        conn.flush()
+        conn.close_if_idle()
+
+
+class _Connection(asyncio.Protocol):
+    """One broker connection: an asyncio protocol around an :class:`H2Connection`."""
+
+    def __init__(
+        self,
+        pool: ReadPool,
+        address: str,
+        ssl_context: ssl.SSLContext | None,
+        server_hostname: str | None,
+    ) -> None:
+        self.address = address
+        self.h2 = H2Connection(address, scheme="https" if ssl_context else "http")
+        self._pool = pool
+        self._ssl = ssl_context
+        self._server_hostname = server_hostname
+        self._transport: asyncio.Transport | None = None
+        self._pending: list[tuple[StreamReader, str, bytes]] = []
+        self._connecting: asyncio.Task[None] | None = None
+        self._broken = False
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def usable(self) -> bool:
+        """Whether a new call may go on this connection."""
+        return not self._broken and self.h2.can_start
+
+    def start(self, reader: StreamReader, path: str, request: bytes) -> None:
+        """Start a call now, or as soon as the connection is up."""
+        if self._transport is None:
+            self._pending.append((reader, path, request))
+            if self._connecting is None:
+                self._connecting = asyncio.ensure_future(self._connect())
+            return
+        self._start(reader, path, request)
+
+    def _start(self, reader: StreamReader, path: str, request: bytes) -> None:
+        if reader.finished:
+            return  # cancelled while the connection was being made
+        stream_id = self.h2.start_call(path, request, reader, window=reader.window)
+        reader.attach(_Call(self, stream_id))
+        self.flush()
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        host, _, port = self.address.rpartition(":")
+        try:
+            async with asyncio.timeout(self._pool.connect_timeout):
+                await loop.create_connection(
+                    lambda: self,
+                    host.strip("[]"),
+                    int(port),
+                    ssl=self._ssl,
+                    server_hostname=(self._server_hostname or host.strip("[]"))
+                    if self._ssl
+                    else None,
+                )
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            self._fail(_unreachable(exc))
+            return
+        except asyncio.CancelledError:
+            self._fail(ClientClosedError("the client is closed; open a new Client"))
+            raise
+        pending, self._pending = self._pending, []
+        for reader, path, request in pending:
+            if self._broken:
+                reader.fail(status_error(Status(UNAVAILABLE, "the connection broke")))
+            else:
+                self._start(reader, path, request)
+
+    def _fail(self, error: BaseException) -> None:
+        self._broken = True
+        self._pool.forget(self)
+        pending, self._pending = self._pending, []
+        for reader, _, _ in pending:
+            reader.fail(error)
+
+    # ------------------------------------------------------------------ protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self.h2.initiate()
+        self.flush()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.h2.receive(data)
+        except H2ProtocolError as exc:
+            self._abort(f"the broker broke the HTTP/2 protocol: {exc}")
+            return
+        self.flush()
+        self.close_if_idle()
+
+    def eof_received(self) -> bool | None:
+        return False  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._broken = True
+        self._pool.forget(self)
+        detail = f"the broker closed the connection ({exc})" if exc else "Socket closed"
+        self.h2.connection_lost(detail)
+        pending, self._pending = self._pending, []
+        for reader, _, _ in pending:
+            reader.fail(status_error(Status(UNAVAILABLE, detail)))
+
+    # ------------------------------------------------------------------ helpers
+
+    def flush(self) -> None:
+        """Write what the protocol queued."""
+        outbox = self.h2.outbox
+        if outbox and self._transport is not None and not self._transport.is_closing():
+            self._transport.write(bytes(outbox))
+        outbox.clear()
+
+    def close_if_idle(self) -> None:
+        """A connection told to go away closes once its last call has ended."""
+        if self.h2.goaway is not None and not self.h2.open_calls:
+            self.close()
+
+    def _abort(self, detail: str) -> None:
+        self._broken = True
+        self._pool.forget(self)
+        self.h2.connection_lost(detail)
+        if self._transport is not None:
+            self._transport.abort()
+
+    def close(self) -> None:
+        """Say GOAWAY and close (calls still open end as the transport goes)."""
+        self._broken = True
+        self._pool.forget(self)
+        self.h2.close()
+        self.flush()
+        if self._transport is not None:
+            self._transport.close()
+
+    async def stop_connecting(self) -> None:
+        """Give up a connection attempt in progress (for closing) and wait for it."""
+        task = self._connecting
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def _unreachable(exc: BaseException) -> BaseException:
+    if isinstance(exc, ssl.SSLError):
+        detail = f"TLS handshake failed: {exc}"
+    elif isinstance(exc, TimeoutError):
+        detail = "connection timed out"
+    else:
+        detail = (
+            f"failed to connect: {exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
+        )
+    return status_error(Status(UNAVAILABLE, detail))
+
+
+class ReadPool:
+    """HTTP/2 connections for reading, one per broker address, opened on first use."""
+
+    def __init__(
+        self,
+        tls: TLSConfig | None,
+        *,
+        connect_timeout: float = 10.0,
+        max_messages: int = MAX_MESSAGES,
+        max_bytes: int = MAX_BYTES,
+    ) -> None:
+        self._tls = tls
+        self.max_messages = max_messages
+        self.max_bytes = max_bytes
+        self._ssl: ssl.SSLContext | None = None
+        self.connect_timeout = connect_timeout
+        self._connections: dict[str, _Connection] = {}
+        self._everything: set[_Connection] = set()
+        self._readers: set[StreamReader] = set()
+        self._closed = False
+
+    @property
+    def open_calls(self) -> int:
+        """Calls running now, over every connection (for tests and diagnostics)."""
+        return len(self._readers)
+
+    @property
+    def connections(self) -> int:
+        """Connections open or opening now."""
+        return len(self._everything)
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        if self._tls is None:
+            return None
+        if self._ssl is None:
+            self._ssl = self._tls.ssl_context()
+        return self._ssl
+
+    def subscribe(
+        self,
+        address: str,
+        request: bytes,
+        *,
+        skip_through: int | None,
+    ) -> StreamReader:
+        """Start a Subscribe call (a serialized request) to ``address``; its reader
+        (read-ahead bounded by the pool's ``max_messages`` and ``max_bytes``)."""
+        if self._closed:
+            raise ClientClosedError("the client is closed; open a new Client")
+        reader = StreamReader(
+            skip_through=skip_through, max_messages=self.max_messages, max_bytes=self.max_bytes
+        )
+        conn = self._connections.get(address)
+        if conn is None or not conn.usable:
+            conn = _Connection(
+                self,
+                address,
+                self._ssl_context(),
+                self._tls.server_name if self._tls is not None else None,
+            )
+            self._connections[address] = conn
+            self._everything.add(conn)
+        self._readers.add(reader)
+        reader.add_finished_callback(self._readers.discard)
+        conn.start(reader, SUBSCRIBE_PATH, request)
+        return reader
+
+    def forget(self, conn: _Connection) -> None:
+        """A connection is broken or closing: it takes no new calls."""
+        if self._connections.get(conn.address) is conn:
+            del self._connections[conn.address]
+        self._everything.discard(conn)
+
+    async def close(self) -> None:
+        """Cancel every call and close every connection."""
+        self._closed = True
+        for reader in list(self._readers):
+            reader.cancel()
+        conns = list(self._everything)
+        self._everything.clear()
+        self._connections.clear()
+        for conn in conns:
+            await conn.stop_connecting()
+            conn.close()

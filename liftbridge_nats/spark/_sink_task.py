@@ -1,0 +1,249 @@
+"""One write task: publish the rows of Arrow batches with the Publisher, count the acks.
+
+The loop runs once per row, so it does as little as it can there: columns are turned
+into Python lists once per batch, each partition's subject is computed once, rows
+with neither a key nor a partition take a round-robin counter, and acks are not
+watched with a callback per message (one scheduled callback each) but collected
+from the head of a queue of futures as they settle (acks arrive in order). A task
+succeeds only when every row it published was acked without error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from liftbridge_nats.errors import InvalidArgumentError, PublishError
+from liftbridge_nats.messages import Ack
+from liftbridge_nats.partitioning import KeyPartitioner, partition_subject
+from liftbridge_nats.publisher import Publisher
+
+from . import _io
+from ._options import WriteOptions
+from ._schema import WriteColumns
+
+__all__ = ["PartitionOffsets", "Target", "TaskResult", "publish_rows"]
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where rows go: a stream's subject and partition count, or a bare subject."""
+
+    subject: str
+    stream: str | None
+    partitions: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """The offsets one task got acked in one partition."""
+
+    partition: int
+    first: int
+    last: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskResult:
+    """What one task published and got acked."""
+
+    rows: int
+    acked: int
+    offsets: tuple[PartitionOffsets, ...]
+    seconds: float
+
+
+class _Ledger:
+    """Futures of published rows, settled in order; the first failure wins."""
+
+    __slots__ = ("acked", "error", "failed", "pending", "ranges", "rows")
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.acked = 0
+        self.failed = 0
+        self.error: BaseException | None = None
+        self.ranges: dict[int, list[int]] = {}
+        self.pending: deque[tuple[int, asyncio.Future[Ack | None]]] = deque()
+
+    def drain(self) -> None:
+        """Count every settled future at the head of the queue."""
+        pending, ranges = self.pending, self.ranges
+        while pending and pending[0][1].done():
+            partition, fut = pending.popleft()
+            if fut.cancelled():
+                self._fail(PublishError("the publish was cancelled before its ack"))
+                continue
+            exc = fut.exception()
+            if exc is not None:
+                self._fail(exc)
+                continue
+            self.acked += 1
+            ack = fut.result()
+            if ack is None or partition < 0:
+                continue
+            offset = ack.offset
+            r = ranges.get(partition)
+            if r is None:
+                ranges[partition] = [offset, offset, 1]
+            else:
+                if offset < r[0]:
+                    r[0] = offset
+                elif offset > r[1]:
+                    r[1] = offset
+                r[2] += 1
+
+    def _fail(self, exc: BaseException) -> None:
+        self.failed += 1
+        if self.error is None:
+            self.error = exc
+
+    def offsets(self) -> tuple[PartitionOffsets, ...]:
+        return tuple(PartitionOffsets(p, *self.ranges[p]) for p in sorted(self.ranges))
+
+
+def _as_bytes(column: Any) -> list[Any]:
+    """A binary or string Arrow column as a list of bytes (None for nulls)."""
+    import pyarrow as pa
+
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        column = column.cast(pa.binary())
+    values: list[Any] = column.to_pylist()
+    return values
+
+
+def _header_maps(column: Any) -> list[dict[str, bytes] | None]:
+    """A map column as dicts of bytes (None for a null or empty map)."""
+    out: list[dict[str, bytes] | None] = []
+    for pairs in column.to_pylist():
+        if not pairs:
+            out.append(None)
+            continue
+        # Arrow hands a map over as a list of (key, value) pairs.
+        items = pairs.items() if isinstance(pairs, Mapping) else pairs
+        out.append(
+            {
+                str(k): b"" if v is None else v.encode() if isinstance(v, str) else bytes(v)
+                for k, v in items
+            }
+        )
+    return out
+
+
+class _Router:
+    """Each row's partition and subject: the partition column, else the key (the SDK's
+    :class:`KeyPartitioner`, the official Go client's choice), else round-robin."""
+
+    def __init__(self, target: Target) -> None:
+        self.stream = target.stream or ""
+        self.count = target.partitions
+        count = target.partitions or 1
+        self.subjects = [partition_subject(target.subject, p) for p in range(count)]
+        self._by_key = KeyPartitioner()
+        self._next = 0
+
+    def spread(self) -> int:
+        """The next partition of the round-robin."""
+        p = self._next
+        self._next = (p + 1) % len(self.subjects)
+        return p
+
+    def spread_from(self, partition: int) -> None:
+        """Carry the round-robin on at ``partition`` (after a batch counted it locally)."""
+        self._next = partition % len(self.subjects)
+
+    def pick(self, partition: Any, key: bytes | None, value: bytes) -> int:
+        """The partition of one row (-1: a bare subject, published as is)."""
+        if partition is not None:
+            p = int(partition)
+            if p < 0 or (self.count is not None and p >= self.count):
+                raise InvalidArgumentError(
+                    f"column 'partition' has {p}, but stream {self.stream!r} has "
+                    f"{self.count} partition(s) (0-based)."
+                )
+            return p
+        if self.count is None:
+            return -1
+        if key is None:
+            return self.spread()
+        return self._by_key.partition(self.stream, key, value, self.count)
+
+
+async def _publish_batch(
+    pub: Publisher, router: _Router, ledger: _Ledger, cols: WriteColumns, batch: Any, policy: Any
+) -> None:
+    values = _as_bytes(batch.column(cols.value))
+    keys = None if cols.key is None else _as_bytes(batch.column(cols.key))
+    headers = None if cols.headers is None else _header_maps(batch.column(cols.headers))
+    parts = None if cols.partition is None else batch.column(cols.partition).to_pylist()
+    nowait, pending, subjects = pub.publish_nowait, ledger.pending, router.subjects
+    ledger.rows += len(values)
+    if keys is None and headers is None and parts is None:
+        # No key, no header, no partition column: values only, round-robin (or one
+        # bare subject).
+        n = len(subjects) if router.count is not None else 1
+        p = router.spread() if router.count is not None else 0
+        for value in values:
+            fut = await nowait(subjects[p], b"" if value is None else value, ack_policy=policy)
+            pending.append((p if router.count is not None else -1, fut))
+            if pending[0][1].done():
+                ledger.drain()
+            p = p + 1 if p + 1 < n else 0
+        if router.count is not None:
+            router.spread_from(p)
+        return
+    for i, value in enumerate(values):
+        value = b"" if value is None else value
+        key = None if keys is None else keys[i]
+        p = router.pick(None if parts is None else parts[i], key, value)
+        fut = await nowait(
+            subjects[max(p, 0)],
+            value,
+            key=key,
+            headers=None if headers is None else headers[i],
+            ack_policy=policy,
+        )
+        pending.append((p, fut))
+        if pending[0][1].done():
+            ledger.drain()
+
+
+async def publish_rows(
+    opts: WriteOptions, target: Target, cols: WriteColumns, batches: Iterable[Any], task: int
+) -> TaskResult:
+    """Publish every row of ``batches`` (Arrow record batches) and wait for the acks.
+
+    Raises :class:`~liftbridge_nats.errors.PublishError` (so Spark retries the task)
+    unless every row was acked without error.
+    """
+    started = time.monotonic()
+    ledger = _Ledger()
+    router = _Router(target)
+    nc = await _io.connect_nats(opts.nats_servers, opts.timeout, opts.nats_auth)
+    try:
+        async with Publisher(
+            nc, ack_timeout=opts.ack_timeout, max_inflight=opts.max_inflight
+        ) as pub:
+            for batch in batches:
+                await _publish_batch(pub, router, ledger, cols, batch, opts.ack_policy)
+                if ledger.error is not None:
+                    break  # fail fast: the task is lost anyway
+            if ledger.pending:
+                await asyncio.wait([f for _, f in ledger.pending])
+            ledger.drain()
+    finally:
+        await nc.close()
+    if ledger.error is not None:
+        where = target.stream or target.subject
+        raise PublishError(
+            f"liftbridge sink task {task}: {ledger.failed} of {ledger.rows} row(s) published to "
+            f"{where!r} were not acked ({type(ledger.error).__name__}: {ledger.error}); Spark "
+            "retries the task, which publishes its rows again (at-least-once).",
+            subject=target.subject,
+        ) from ledger.error
+    return TaskResult(ledger.rows, ledger.acked, ledger.offsets(), time.monotonic() - started)
