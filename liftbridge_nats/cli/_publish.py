@@ -2,7 +2,7 @@
 
 A value comes from the argument, a file or stdin (whole, or one message per line with
 ``--lines``). ``--count``/``--size`` turn it into a load run: messages are pipelined
-(``publish_nowait``), a progress bar runs on a terminal, and a closing line reports
+(``publish_async``), a progress bar runs on a terminal, and a closing line reports
 throughput and ack latency (timed from each call to its ack).
 """
 
@@ -252,10 +252,10 @@ async def _target(
     return lambda i, _key: (subjects[i % count], i % count)
 
 
-def _ack_json(ack: Ack, partition: int) -> dict[str, Any]:
+def _ack_json(ack: Ack) -> dict[str, Any]:
     return {
         "stream": ack.stream,
-        "partition": partition,
+        "partition": ack.partition,
         "subject": ack.message_subject,
         "offset": ack.offset,
         "correlation_id": ack.correlation_id,
@@ -277,7 +277,7 @@ async def publish_run(
 
     Without ``load`` the messages go one at a time (acks printed in input order; a stream
     target goes through ``publish_to_stream``, which resumes a paused partition); with
-    ``load`` they are pipelined through ``publish_nowait`` and only counted.
+    ``load`` they are pipelined through ``publish_async`` and only counted.
     """
     from liftbridge_nats.publisher import Publisher
 
@@ -354,10 +354,10 @@ async def _one_by_one(
         if ack is None or args.quiet:
             continue
         if args.json:
-            console.json(_ack_json(ack, partition))
+            console.json(_ack_json(ack))
         else:
             console.print(
-                f"{ack.stream}/{partition} offset {console.style(str(ack.offset), 'bold')}"
+                f"{ack.stream}/{ack.partition} offset {console.style(str(ack.offset), 'bold')}"
             )
 
 
@@ -384,7 +384,7 @@ async def _pipelined(
             subject, _ = route(i, options["key"])
             sent_at = time.perf_counter()
             try:
-                fut = await pub.publish_nowait(subject, value, **options)
+                fut = await pub.publish_async(subject, value, **options)
             except LiftbridgeError as exc:
                 # This message was refused (NATS gone, publisher closed): stop sending
                 # and let the messages already sent settle.

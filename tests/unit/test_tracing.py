@@ -42,7 +42,7 @@ def traced() -> Iterator[Traced]:
 
 def ack(offset: int = 41, stream: str = "orders") -> Ack:
     return Ack(
-        stream, "orders.1", "orders.1", offset, "_INBOX.x.ack", "c-1", AckPolicy.LEADER, 1, 2
+        stream, 1, "orders", "orders.1", offset, "_INBOX.x.ack", "c-1", AckPolicy.LEADER, 1, 2
     )
 
 
