@@ -9,7 +9,7 @@ Three comparisons, each in alternating rounds (the median round is reported):
   job's wall-clock rate is kept too.
 * **sink**: ``df.write.format("liftbridge")`` from a ``local[2]`` session (two tasks,
   each with its own Publisher, ALL acks, round-robin over two partitions) against a
-  single Python Publisher doing the same with ``publish_nowait``.
+  single Python Publisher doing the same with ``publish_async``.
 * **scaling**: a Spark standalone cluster (master and workers as processes, one core
   each), first with one worker, then with two: rows per second of a batch read of a
   4-partition stream and of a write to another.
@@ -160,7 +160,7 @@ async def _publish(nats_url: str, stream: str, partitions: int, rows: int, size:
     try:
         async with Publisher(nc, ack_timeout=60.0) as pub:
             for i in range(rows):
-                await pub.publish_nowait(subjects[i % partitions], value, ack_policy=AckPolicy.ALL)
+                await pub.publish_async(subjects[i % partitions], value, ack_policy=AckPolicy.ALL)
             await pub.flush()
             if pub.stats.acked < rows:
                 raise RuntimeError(f"{rows - pub.stats.acked} publish(es) of {rows} not acked")

@@ -61,9 +61,7 @@ async def main(brokers: list[str], nats_url: str, count: int) -> None:
                 started = time.perf_counter()
                 futures = []
                 for i in range(count):
-                    futures.append(
-                        await pub.publish_nowait(stream, value, ack_policy=AckPolicy.ALL)
-                    )
+                    futures.append(await pub.publish_async(stream, value, ack_policy=AckPolicy.ALL))
                     if i % 1024 == 0:
                         bar.update(i + 1 - pub.pending)  # acked so far
                 acks = [await f for f in futures]

@@ -54,7 +54,7 @@ async def main(brokers: list[str], nats_url: str) -> None:
     async with Client(brokers) as client:
         await client.create_stream(stream, stream, partitions=PARTITIONS)
         for i in range(ORDERS):
-            await client.publish(stream, b"order-%d" % i, partition=i % PARTITIONS)
+            await client.publish_to_stream(stream, b"order-%d" % i, partition=i % PARTITIONS)
 
         listener = FlushOnRevoke(store)
         alice = client.consumer(group, [stream], assignment_interval=0.3, listener=listener)

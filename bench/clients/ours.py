@@ -1,7 +1,7 @@
 """liftbridge-nats itself: the NATS-native Publisher and the gRPC Client's subscribe.
 
 Used the way the README tells applications to use it, defaults for every knob but
-``ack_timeout`` (see below): ``publish_nowait`` for throughput (futures resolved by the
+``ack_timeout`` (see below): ``publish_async`` for throughput (futures resolved by the
 ack listener), and the services' pattern, ``await publish()`` from many tasks
 (``burst``, ``tasks``).
 """
@@ -48,7 +48,7 @@ def _extra(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 async def publish(spec: dict[str, Any]) -> dict[str, Any]:
-    """``publish_nowait`` ``count`` messages, then ``flush`` until every ack is in.
+    """``publish_async`` ``count`` messages, then ``flush`` until every ack is in.
 
     Futures are not kept: holding hundreds of thousands of them would make the
     garbage collector, not the publisher, the cost being measured. Errors are counted
@@ -66,15 +66,15 @@ async def publish(spec: dict[str, Any]) -> dict[str, Any]:
 
             async def run(n: int) -> int:
                 before = pub.stats.acked
-                nowait = pub.publish_nowait
+                publish_async = pub.publish_async
                 parts = len(subjects)
                 if parts == 1:
                     subject = subjects[0]
                     for _ in range(n):
-                        await nowait(subject, value, ack_policy=policy, **extra)
+                        await publish_async(subject, value, ack_policy=policy, **extra)
                 else:
                     for i in range(n):
-                        await nowait(subjects[i % parts], value, ack_policy=policy, **extra)
+                        await publish_async(subjects[i % parts], value, ack_policy=policy, **extra)
                 await pub.flush()
                 return n - (pub.stats.acked - before)
 
@@ -172,9 +172,11 @@ async def memory(spec: dict[str, Any]) -> dict[str, Any]:
                     state["errors"] += 1
 
             async def run(n: int) -> None:
-                nowait = pub.publish_nowait
+                publish_async = pub.publish_async
                 for _ in range(n):
-                    (await nowait(subject, value, ack_policy=policy)).add_done_callback(check)
+                    (await publish_async(subject, value, ack_policy=policy)).add_done_callback(
+                        check
+                    )
                 await pub.flush()
 
             await run(spec["warmup"])
@@ -209,11 +211,11 @@ async def latency(spec: dict[str, Any]) -> dict[str, Any]:
 
             sched = Schedule(rate, total, clock() + 0.05)
             sent = 0
-            nowait = pub.publish_nowait
+            publish_async = pub.publish_async
             while sent < total:
                 due = sched.due_count(clock())
                 while sent < due:
-                    fut = await nowait(subject, value, ack_policy=policy)
+                    fut = await publish_async(subject, value, ack_policy=policy)
                     fut.add_done_callback(functools.partial(on_done, sent))
                     sent += 1
                 if sent < total:

@@ -181,7 +181,7 @@ async def _publish_batch(
     keys = None if cols.key is None else _as_bytes(batch.column(cols.key))
     headers = None if cols.headers is None else _header_maps(batch.column(cols.headers))
     parts = None if cols.partition is None else batch.column(cols.partition).to_pylist()
-    nowait, pending, subjects = pub.publish_nowait, ledger.pending, router.subjects
+    publish_async, pending, subjects = pub.publish_async, ledger.pending, router.subjects
     ledger.rows += len(values)
     if keys is None and headers is None and parts is None:
         # No key, no header, no partition column: values only, round-robin (or one
@@ -189,7 +189,9 @@ async def _publish_batch(
         n = len(subjects) if router.count is not None else 1
         p = router.spread() if router.count is not None else 0
         for value in values:
-            fut = await nowait(subjects[p], b"" if value is None else value, ack_policy=policy)
+            fut = await publish_async(
+                subjects[p], b"" if value is None else value, ack_policy=policy
+            )
             pending.append((p if router.count is not None else -1, fut))
             if pending[0][1].done():
                 ledger.drain()
@@ -201,7 +203,7 @@ async def _publish_batch(
         value = b"" if value is None else value
         key = None if keys is None else keys[i]
         p = router.pick(None if parts is None else parts[i], key, value)
-        fut = await nowait(
+        fut = await publish_async(
             subjects[max(p, 0)],
             value,
             key=key,

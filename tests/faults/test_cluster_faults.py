@@ -88,7 +88,7 @@ async def _publish_steadily(
             await asyncio.sleep(due - loop.time())
         value = f"{tag}-{n}".encode()
         values.append(value)
-        futures.append(await pub.publish_nowait(subject, value, ack_policy=ack_policy))
+        futures.append(await pub.publish_async(subject, value, ack_policy=ack_policy))
         n += 1
     return values, futures
 

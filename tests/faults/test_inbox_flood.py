@@ -99,7 +99,7 @@ async def test_ack_inbox_flood(
                 flooding = asyncio.create_task(flood_inbox())
                 values = [b"f-%d" % i for i in range(total)]
                 futures = [
-                    await pub.publish_nowait(name, v, ack_policy=AckPolicy.ALL) for v in values
+                    await pub.publish_async(name, v, ack_policy=AckPolicy.ALL) for v in values
                 ]
                 await flooding
                 await gather_outcomes(values, futures, outcomes)

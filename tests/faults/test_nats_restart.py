@@ -53,7 +53,7 @@ async def test_nats_restart_during_100k_pipelined_all_acked_publishes(
                 values = [b"m-%d" % i for i in range(total)]
                 futures = []
                 for i, value in enumerate(values):
-                    futures.append(await pub.publish_nowait(name, value, ack_policy=AckPolicy.ALL))
+                    futures.append(await pub.publish_async(name, value, ack_policy=AckPolicy.ALL))
                     if i == kill_at:
                         reached.set()
                         await asyncio.sleep(0)
@@ -138,7 +138,7 @@ async def test_short_nats_outage_costs_nothing(
                         await asyncio.sleep(due - loop.time())
                     value = b"o-%d" % n
                     values.append(value)
-                    futures.append(await pub.publish_nowait(name, value, ack_policy=AckPolicy.ALL))
+                    futures.append(await pub.publish_async(name, value, ack_policy=AckPolicy.ALL))
                     while_down.append(down)
                     n += 1
                 await fault

@@ -95,7 +95,7 @@ async def test_retry_after_lost_acks_never_writes_twice(
                 # (sent, perhaps stored, not yet acked).
                 for i in range(total):
                     futures.append(
-                        await pub.publish_nowait(
+                        await pub.publish_async(
                             name, b"occ-%d" % i, expected_offset=i, ack_policy=AckPolicy.ALL
                         )
                     )

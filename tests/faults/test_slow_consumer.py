@@ -43,7 +43,7 @@ async def main(url, name, partitions, per, size):
         for p in range(partitions):
             subject = partition_subject(name, p)
             futures = [
-                await pub.publish_nowait(
+                await pub.publish_async(
                     subject, i.to_bytes(4, "big") * (size // 4), ack_policy=AckPolicy.LEADER
                 )
                 for i in range(per)

@@ -85,7 +85,7 @@ PUBLISH_CASES: list[tuple[str, BadArgs, tuple[str, ...]]] = [
 @pytest.mark.parametrize(
     ("case", "override", "words"), PUBLISH_CASES, ids=[c[0] for c in PUBLISH_CASES]
 )
-@pytest.mark.parametrize("method", ["publish", "publish_nowait"])
+@pytest.mark.parametrize("method", ["publish", "publish_async"])
 async def test_publish_argument_errors(
     pub: Publisher,
     nats_client: NATS,
@@ -96,7 +96,7 @@ async def test_publish_argument_errors(
 ) -> None:
     kwargs: BadArgs = {"subject": "args-orders", "value": b"v", **override}
     subject, value = kwargs.pop("subject"), kwargs.pop("value")
-    send = pub.publish if method == "publish" else pub.publish_nowait
+    send = pub.publish if method == "publish" else pub.publish_async
     out_before = nats_client.stats["out_msgs"]
     with pytest.raises(ARG_ERRORS) as info:
         await send(subject, value, **kwargs)
@@ -340,7 +340,7 @@ async def test_publish_over_grpc_argument_errors(client: Client) -> None:
     ]
     for kwargs, words in cases:
         with pytest.raises(ARG_ERRORS) as info:
-            await client.publish(**kwargs)
+            await client.publish_to_stream(**kwargs)
         _assert_clear(info.value, *words)
 
 

@@ -179,7 +179,7 @@ async def test_arguments_checked_before_any_rpc() -> None:
     with pytest.raises(InvalidArgumentError):
         await client.fetch_partition_metadata("s", -1)
     with pytest.raises(InvalidArgumentError):
-        await client.publish("s", b"v", partition=-2)
+        await client.publish_to_stream("s", b"v", partition=-2)
     with pytest.raises(InvalidArgumentError):
         await client.fetch_metadata(timeout=0)
     with pytest.raises(InvalidArgumentError):

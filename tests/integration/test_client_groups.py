@@ -39,7 +39,9 @@ async def test_group_exactly_once_across_leave_and_join(
 
     async def publish_round(client: Client, round_no: int) -> None:
         for i in range(10 * PARTITIONS):
-            await client.publish(stream, b"r%d-%d" % (round_no, i), partition=i % PARTITIONS)
+            await client.publish_to_stream(
+                stream, b"r%d-%d" % (round_no, i), partition=i % PARTITIONS
+            )
 
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(stream, stream, partitions=PARTITIONS)
@@ -116,7 +118,7 @@ async def test_group_resumes_from_cursor_and_start_positions(
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(stream, stream)
         for i in range(5):
-            await client.publish(stream, b"%d" % i)
+            await client.publish_to_stream(stream, b"%d" % i)
         # A stored group position wins over the start position.
         await client.set_cursor(group_cursor_id(group), stream, 0, 2)
         async with client.consumer(group, stream, assignment_interval=0.3) as consumer:

@@ -102,7 +102,7 @@ async def test_mutual_tls(tls_broker: tuple[str, TestCertificates]) -> None:
     client = await connect_when_ready(address, tls)
     async with client:
         await client.create_stream("secure", "secure")
-        ack = await client.publish("secure", b"over tls")
+        ack = await client.publish_to_stream("secure", b"over tls")
         assert ack is not None and ack.offset == 0
         sub = client.subscribe(
             "secure", start_position=StartPosition.EARLIEST, stop_position=StopPosition.LATEST

@@ -62,7 +62,7 @@ async def test_three_members_sixty_four_partitions_exactly_once(
 
             async def publish_round() -> None:
                 futures = [
-                    await pub.publish_nowait(
+                    await pub.publish_async(
                         partition_subject(stream, p), b"m", ack_policy=AckPolicy.LEADER
                     )
                     for p in range(PARTITIONS)

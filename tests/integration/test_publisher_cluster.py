@@ -37,7 +37,7 @@ async def test_policies_on_three_replicas(
                         for i in range(50):
                             value = b"%s-%d-%d" % (policy.name.encode(), round_, i)
                             futures.append(
-                                (value, await pub.publish_nowait(name, value, ack_policy=policy))
+                                (value, await pub.publish_async(name, value, ack_policy=policy))
                             )
                     for value, fut in futures:
                         ack = await fut

@@ -63,7 +63,7 @@ async def test_publishes_during_a_nats_outage_never_hang_nor_lie(
                     await cluster.kill_nats()
                     futures = []
                     for i in range(200):
-                        futures.append(await pub.publish_nowait("out", b"m%d" % i))
+                        futures.append(await pub.publish_async("out", b"m%d" % i))
                         await asyncio.sleep(0.005)  # spread over the 1.5 s outage
                     await asyncio.sleep(0.5)
                     await cluster.restart_nats()
@@ -106,7 +106,7 @@ async def test_publish_while_nats_is_down_ends_by_its_deadline(
             with pytest.raises(AckTimeoutError):
                 await pub.publish("down", b"during")
             assert time.monotonic() - started < 2.5  # its own deadline, not NATS's
-            buffered = await pub.publish_nowait("down", b"kept", timeout=30)
+            buffered = await pub.publish_async("down", b"kept", timeout=30)
             assert pub.stats.buffered == 1
             await pub.close(timeout=0.2)
             with pytest.raises(PublisherClosedError):

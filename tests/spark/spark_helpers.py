@@ -53,7 +53,7 @@ def delete_stream(cluster: Any, stream: str) -> None:
 async def _publish(brokers: Sequence[str], stream: str, records: Sequence[Record]) -> list[Ack]:
     async with Client(list(brokers)) as client:
         futs = [
-            await client.publish_async(
+            await client.publish_to_stream_async(
                 stream,
                 r.value,
                 key=r.key,

@@ -125,7 +125,7 @@ def _create(
         async with Client(cluster.brokers, tls=tls) as client:
             await client.create_stream(stream, stream, partitions=2)
             for i, v in enumerate(values):
-                await client.publish(stream, v, partition=i % 2, ack_policy=AckPolicy.ALL)
+                await client.publish_to_stream(stream, v, partition=i % 2, ack_policy=AckPolicy.ALL)
 
     asyncio.run(go())
 
