@@ -18,7 +18,7 @@ from nats.aio.client import Client as NATS
 from liftbridge_nats.client import Client
 from liftbridge_nats.errors import (
     InvalidArgumentError,
-    MessageTooLargeError,
+    MaxPayloadExceededError,
     NoSuchStreamError,
     PublisherClosedError,
     RpcError,
@@ -109,7 +109,7 @@ async def test_publish_too_large_is_refused_before_sending(
     pub: Publisher, nats_client: NATS
 ) -> None:
     out_before = nats_client.stats["out_msgs"]
-    with pytest.raises(MessageTooLargeError) as info:
+    with pytest.raises(MaxPayloadExceededError) as info:
         await pub.publish("args-orders", b"x" * (nats_client.max_payload + 1))
     _assert_clear(info.value, "max_payload", "larger", "too large")
     assert nats_client.stats["out_msgs"] == out_before

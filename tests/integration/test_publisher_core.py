@@ -17,6 +17,8 @@ from liftbridge_nats.errors import (
     AckTimeoutError,
     IncorrectOffsetError,
     InvalidArgumentError,
+    LocalError,
+    MaxPayloadExceededError,
     MessageTooLargeError,
     NoRespondersError,
     PublisherClosedError,
@@ -192,10 +194,12 @@ async def test_too_large_for_nats_is_refused_before_sending(
 ) -> None:
     async with Publisher(nats_client) as pub:
         before = nats_client.stats["out_msgs"]
-        with pytest.raises(MessageTooLargeError, match="max_payload"):
+        with pytest.raises(MaxPayloadExceededError, match="max_payload"):
             await pub.publish(unique_name("big"), b"x" * nats_client.max_payload)
-        with pytest.raises(MessageTooLargeError):
+        with pytest.raises(MaxPayloadExceededError) as info:
             await pub.publish_async(unique_name("big"), b"x" * (nats_client.max_payload + 1))
+        assert isinstance(info.value, MessageTooLargeError | LocalError)
+        assert not info.value.maybe_stored
         assert nats_client.stats["out_msgs"] == before
         assert pub.pending == 0 and pub.stats.published == 0
 

@@ -14,8 +14,13 @@ from liftbridge_nats.client import Client
 from liftbridge_nats.errors import (
     AckTimeoutError,
     LiftbridgeError,
+    LocalError,
+    MaxBytesExceededError,
+    MaxPayloadExceededError,
     MessageTooLargeError,
     PublisherClosedError,
+    PublishRejectedError,
+    RemoteError,
 )
 from liftbridge_nats.messages import Ack
 from liftbridge_nats.publisher import Publisher
@@ -26,7 +31,7 @@ from liftbridge_nats.publisher import Publisher
 NATS_FAULT_NETWORK = "host"
 
 
-async def test_server_too_large_ack_is_the_same_error(liftbridge_cluster_factory: Any) -> None:
+async def test_too_large_for_the_server_or_for_nats(liftbridge_cluster_factory: Any) -> None:
     config = {"clustering.replication.max.bytes": 4096}
     async with liftbridge_cluster_factory(1, liftbridge_config=config) as cluster:
         nc = await nats.connect(cluster.nats_url)
@@ -34,12 +39,18 @@ async def test_server_too_large_ack_is_the_same_error(liftbridge_cluster_factory
             async with Client(cluster.brokers) as client, Publisher(nc) as pub:
                 await client.create_stream("big", "big")
                 assert await pub.publish("big", b"x" * 1000) is not None
+                # Both limits are caught as MessageTooLargeError; the server's is its
+                # answer (an ack error), NATS's is found here before sending.
                 with pytest.raises(MessageTooLargeError) as server_side:
                     await pub.publish("big", b"x" * 8000)
                 assert "clustering.replication.max.bytes" in str(server_side.value)
+                assert type(server_side.value) is MaxBytesExceededError
+                assert isinstance(server_side.value, PublishRejectedError | RemoteError)
                 with pytest.raises(MessageTooLargeError) as client_side:
                     await pub.publish("big", b"x" * (nc.max_payload + 1))
-                assert type(server_side.value) is type(client_side.value)
+                assert type(client_side.value) is MaxPayloadExceededError
+                assert isinstance(client_side.value, LocalError)
+                assert not server_side.value.maybe_stored and not client_side.value.maybe_stored
                 assert pub.stats.rejected == 1
                 assert [m.value for m in await read_all(client, "big")] == [b"x" * 1000]
         finally:

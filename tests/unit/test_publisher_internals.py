@@ -15,7 +15,7 @@ from liftbridge_nats.envelope import MsgType, encode
 from liftbridge_nats.errors import (
     EncryptionError,
     IncorrectOffsetError,
-    MessageTooLargeError,
+    MaxBytesExceededError,
     NoRespondersError,
     PublisherClosedError,
     PublishRejectedError,
@@ -145,7 +145,7 @@ async def test_listener_settles_and_counts_everything_else() -> None:
     assert isinstance(ok, Ack) and ok.offset == 9 and ok.correlation_id == "ok"
     for cid, exc_type in [
         ("occ", IncorrectOffsetError),
-        ("big", MessageTooLargeError),
+        ("big", MaxBytesExceededError),
         ("enc", EncryptionError),
         ("unk", PublishRejectedError),
         ("gone", NoRespondersError),
