@@ -14,6 +14,7 @@ import grpc
 import grpc.aio
 import msgspec
 import pytest
+from _publisher_helpers import read_all
 from _waiting import wait_for
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
@@ -27,7 +28,7 @@ from liftbridge_nats._proto import api_pb2
 from liftbridge_nats.client import Client
 from liftbridge_nats.errors import DeserializationError, LiftbridgeError
 from liftbridge_nats.groups import Consumer, StreamPartition
-from liftbridge_nats.messages import AckPolicy, Message, StartPosition, StopPosition
+from liftbridge_nats.messages import AckPolicy, Message, StartPosition
 from liftbridge_nats.serializers import MsgspecDeserializer, StringDeserializer
 from liftbridge_nats.testing import LocalCluster
 from liftbridge_nats.tracing import consumer_span, inject_context
@@ -216,14 +217,7 @@ async def test_read_metrics_count_messages_and_bytes_per_partition(
                     name, b"v" * size, partition=partition, key=b"key", headers={"h": b"x" * 50}
                 )
         for partition, values in sizes.items():
-            sub = client.subscribe(
-                name,
-                partition=partition,
-                start_position=StartPosition.EARLIEST,
-                stop_position=StopPosition.LATEST,
-            )
-            async with sub:
-                assert len([m async for m in sub]) == len(values)
+            assert len(await read_all(client, name, partition)) == len(values)
         # Bytes as the broker sent them: value, key, headers and the rest of each record.
         sent = {p: await sizes_as_sent(liftbridge_cluster.brokers[0], name, p) for p in sizes}
         assert [len(v) for v in sent.values()] == [len(v) for v in sizes.values()]
