@@ -320,9 +320,9 @@ class StreamReader:
             if self._opened:
                 pb = _parse(body)
                 taken = pb.offset > self._skip_through
-            else:
-                self._opened = taken = False
+            else:  # the server's empty first message
                 pb = None
+                taken = False
             if not taken:
                 # The handshake, or a message replayed after a resubscription:
                 # flow control counts it, the read metrics do not.
