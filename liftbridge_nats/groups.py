@@ -274,6 +274,8 @@ class Consumer(Generic[V, K]):
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         parts = self._fetcher.detach(list(self._fetcher.parts))
+        if parts:
+            self._log_revoked(parts)
         self._batches.clear()
         self._fetcher.wake()  # an iteration waiting for messages ends
         await self._fetcher.stop(parts)
@@ -650,14 +652,13 @@ class Consumer(Generic[V, K]):
                 new.append(self._fetcher.add(key, epoch, previous))
                 if previous is None:
                     fresh.add(StreamPartition(*key))
-            if fresh or dropped:
+            if fresh:
                 _log.info(
-                    "group %r member %s, epoch %d: assigned %s; revoked %s",
+                    "group %r member %s, epoch %d: assigned %s",
                     self.group_id,
                     self.consumer_id,
                     epoch,
                     partition_list(fresh),
-                    partition_list(dropped),
                 )
             if fresh and self._listener is not None:
                 await self._call_listener("on_partitions_assigned", fresh)
@@ -710,6 +711,7 @@ class Consumer(Generic[V, K]):
         parts = self._fetcher.detach(keys)
         if not parts:
             return
+        self._log_revoked(parts)
         await self._fetcher.stop(parts)
         for part in parts:
             self._revoking[part.key] = part
@@ -726,6 +728,14 @@ class Consumer(Generic[V, K]):
             for part in parts:
                 if self._revoking.get(part.key) is part:
                     del self._revoking[part.key]
+
+    def _log_revoked(self, parts: list[PartitionState]) -> None:
+        _log.info(
+            "group %r member %s: revoked %s",
+            self.group_id,
+            self.consumer_id,
+            partition_list(p.key for p in parts),
+        )
 
     async def _call_listener(self, name: str, partitions: set[StreamPartition]) -> None:
         try:

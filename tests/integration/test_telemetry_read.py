@@ -301,6 +301,41 @@ async def test_consumed_messages_carry_the_producers_trace_context(
         assert attributes["messaging.consumer.group.name"] == consumer.group_id
 
 
+async def test_a_rebalance_is_logged(
+    liftbridge_cluster: LocalCluster,
+    unique_name: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    name, group = unique_name("logreb"), unique_name("g")
+    caplog.set_level(logging.INFO, logger="liftbridge_nats.groups")
+    async with Client(liftbridge_cluster.brokers) as client:
+        await client.create_stream(name, name, partitions=2)
+        first = client.consumer(group, [name], assignment_interval=0.3)
+        async with first:
+            await wait_for(lambda: len(first.assignments) == 2, "both partitions")
+            second = client.consumer(group, [name], assignment_interval=0.3)
+            async with second:
+                await wait_for(
+                    lambda: len(first.assignments) == len(second.assignments) == 1,
+                    "a partition each",
+                )
+                (moved,) = second.assignments
+    lines = [r.getMessage() for r in caplog.records if r.name == "liftbridge_nats.groups"]
+
+    def assigned(member: Consumer, partitions: str) -> bool:
+        return any(
+            line.startswith(f"group {group!r} member {member.consumer_id}, epoch ")
+            and line.endswith(f": assigned {partitions}")
+            for line in lines
+        )
+
+    assert assigned(first, f"{name}/0, {name}/1"), lines
+    assert assigned(second, f"{name}/{moved.partition}"), lines
+    assert f"group {group!r} member {first.consumer_id}: revoked {name}/{moved.partition}" in lines
+    # Closing hands back what each member held.
+    assert f"group {group!r} member {second.consumer_id}: revoked {name}/{moved.partition}" in lines
+
+
 @pytest.mark.cluster
 @pytest.mark.slow
 async def test_a_leader_fail_over_is_logged(
