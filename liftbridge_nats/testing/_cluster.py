@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import shutil
 import signal
 import tempfile
@@ -30,14 +31,13 @@ from liftbridge_nats.testing._install import (
     find_nats_server,
 )
 from liftbridge_nats.testing._process import ServerProcess, free_ports, port_open, tail
-from liftbridge_nats.testing._readiness import RPC_TIMEOUT, GrpcTls, ReadinessTarget, probe
+from liftbridge_nats.testing._readiness import GrpcTls, ReadinessTarget, probe, wait_ready
 
 if TYPE_CHECKING:
     from liftbridge_nats.testing._certs import TestCertificates
 
 _T = TypeVar("_T")
 
-_PROBE_INTERVAL = 0.2
 _START_ATTEMPTS = 3
 
 
@@ -46,10 +46,29 @@ def _run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
 
     Always in a worker thread with its own event loop: ``asyncio.run`` on the calling
     thread would replace that thread's current loop (which pytest-asyncio may have
-    set up), and would fail outright inside a running loop.
+    set up), and would fail outright inside a running loop. Ctrl-C reaches the calling
+    thread only: it cancels the coroutine, which then cleans up before this returns.
     """
+    running: concurrent.futures.Future[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]]
+    running = concurrent.futures.Future()
+
+    async def main() -> _T:
+        task = asyncio.current_task()
+        assert task is not None
+        running.set_result((asyncio.get_running_loop(), task))
+        return await coro
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+        done = pool.submit(asyncio.run, main())
+        try:
+            return done.result()
+        except BaseException:
+            if not done.done():
+                loop, task = running.result()
+                # The loop may have closed since done.done() was checked.
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(task.cancel)
+            raise  # leaving the pool waits for the cancelled coroutine's clean-up
 
 
 class _Runtime:
@@ -190,6 +209,13 @@ class LocalCluster:
     def nats_log_path(self) -> Path:
         """Log file of the nats-server."""
         return self.workdir / "logs" / "nats.log"
+
+    def node_log(self, i: int) -> str:
+        """Everything Liftbridge node ``i`` has logged so far, across restarts."""
+        try:
+            return self.log_path(i).read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
 
     def pids(self) -> list[int]:
         """Process ids of every server process that is currently running."""
@@ -417,22 +443,11 @@ class LocalCluster:
         """
         self._require_started()
         limit = self.start_timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit
-        reason = "not probed yet"
-        while True:
-            self._check_alive()
-            # Each call gets at most the time left, so a hung node cannot stretch the wait.
-            left = min(RPC_TIMEOUT, max(0.5, deadline - time.monotonic()))
-            reason_or_none = await asyncio.to_thread(probe, self._readiness_target(left))
-            if reason_or_none is None:
-                return
-            reason = reason_or_none
-            if time.monotonic() >= deadline:
-                raise ServerStartError(
-                    f"the Liftbridge cluster was not ready within {limit:.0f} s "
-                    f"(last check: {reason}). Process logs:\n{self.log_tail()}"
-                )
-            await asyncio.sleep(_PROBE_INTERVAL)
+        await wait_ready(self._probe, limit=limit, logs=self.log_tail, heading="Process logs")
+
+    def _probe(self, rpc_timeout: float) -> str | None:
+        self._check_alive()
+        return probe(self._readiness_target(rpc_timeout))
 
     async def _wait_nats_port(self) -> None:
         assert self._nats is not None

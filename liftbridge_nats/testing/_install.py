@@ -4,7 +4,8 @@ Liftbridge is compiled from its Go module into a per-user cache so that every cl
 (and CI) reuses one binary per version. ``go install module@version`` is avoided on
 purpose: it asks the module proxy for the version list, which some proxies refuse.
 ``go mod download`` of the exact version followed by ``go build`` in the downloaded
-directory needs no such lookup.
+directory needs no such lookup. The build is static (``CGO_ENABLED=0``), so the same
+binary also goes into the container image of ``liftbridge_nats.testing._image``.
 """
 
 from __future__ import annotations
@@ -76,11 +77,12 @@ def _go_executable() -> str:
     return go
 
 
-def _run_go(args: list[str], cwd: Path | None, what: str) -> str:
+def _run_go(args: list[str], cwd: Path | None, what: str, env: dict[str, str] | None = None) -> str:
     try:
         done = subprocess.run(
             args,
             cwd=cwd,
+            env=env,
             capture_output=True,
             text=True,
             check=False,
@@ -120,7 +122,13 @@ def _build_liftbridge(version: str, target: Path) -> None:
     tmp = Path(tmp_name)
     try:
         _progress(f"go build (in {source})")
-        _run_go([go, "build", "-o", str(tmp), "."], source, f"building Liftbridge {version}")
+        # Static and without local paths, so it runs in a FROM-scratch container too.
+        _run_go(
+            [go, "build", "-trimpath", "-o", str(tmp), "."],
+            source,
+            f"building Liftbridge {version}",
+            env={**os.environ, "CGO_ENABLED": "0"},
+        )
         tmp.chmod(0o755)
         tmp.replace(target)
     finally:

@@ -22,15 +22,21 @@ All calls are blocking; run :func:`probe` in a worker thread.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from liftbridge_nats.errors import ServerStartError
 
 CURSORS_STREAM = "__cursors"
 # A broker surveys its peers for up to 3 s when one of them does not answer.
 RPC_TIMEOUT = 5.0
 _NO_SUCH_STREAM = "liftbridge-nats-readiness-probe-no-such-stream"
+_PROBE_INTERVAL = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +71,30 @@ def _channel(target: ReadinessTarget, address: str) -> Any:
         certificate_chain=target.tls.certificate_chain,
     )
     return grpc.secure_channel(address, credentials)
+
+
+async def wait_ready(
+    step: Callable[[float], str | None], *, limit: float, logs: Callable[[], str], heading: str
+) -> None:
+    """Repeat ``step`` (in a worker thread) until it returns None; give up after ``limit`` s.
+
+    ``step(rpc_timeout)`` returns why the cluster is not ready yet, or raises
+    :class:`~liftbridge_nats.errors.ServerStartError` for what waiting cannot fix (a
+    server that exited). Each step gets at most the time left, so a hung node cannot
+    stretch the wait. The error after ``limit`` carries the last reason and ``logs()``.
+    """
+    deadline = time.monotonic() + limit
+    while True:
+        left = min(RPC_TIMEOUT, max(0.5, deadline - time.monotonic()))
+        reason = await asyncio.to_thread(step, left)
+        if reason is None:
+            return
+        if time.monotonic() >= deadline:
+            raise ServerStartError(
+                f"the Liftbridge cluster was not ready within {limit:.0f} s "
+                f"(last check: {reason}). {heading}:\n{logs()}"
+            )
+        await asyncio.sleep(_PROBE_INTERVAL)
 
 
 def probe(target: ReadinessTarget) -> str | None:

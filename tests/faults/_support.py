@@ -1,8 +1,9 @@
 """Shared pieces of the fault suite: outcome bookkeeping and stream read-back.
 
 Every fault test publishes messages whose values are unique (``b"<tag>-<n>"``), injects
-a fault into real servers (its own :class:`LocalCluster`, never the shared session
-clusters), then checks the promises a durable log makes:
+a fault into real servers (its own cluster from ``liftbridge_cluster_factory``: local
+processes, or containers under ``LIFTBRIDGE_NATS_BACKEND=containers``; never the shared
+session clusters), then checks the promises a durable log makes:
 
 * every publish ended: with an ack, or with a ``LiftbridgeError`` (nothing else, and
   nothing left pending);
@@ -34,6 +35,13 @@ NATS_OPTIONS: dict[str, Any] = {
     "max_reconnect_attempts": -1,
     "reconnect_time_wait": 0.25,
 }
+
+# The ContainerCluster network of tests that keep nats-py clients connected across a NATS
+# kill. Through a published port, docker-proxy accepts a client's reconnect attempt while
+# the NATS container is going or coming back and then drops it, and nats-py (2.x) leaves
+# the transport of such an attempt unclosed (a ResourceWarning per attempt). With host
+# networking a stopped NATS refuses connections at once, as a nats-server process does.
+NATS_FAULT_NETWORK = "host"
 
 # Short replica timeouts for 3-node clusters (with the server's defaults a fail-over
 # takes 15 s and the first ALL acks on a new stream up to 10 s). The harness sets these for multi-node

@@ -13,7 +13,7 @@ import pytest
 from liftbridge_nats.client import Client
 from liftbridge_nats.messages import AckPolicy, Message, StartPosition
 from liftbridge_nats.publisher import Publisher
-from liftbridge_nats.testing import LocalCluster
+from liftbridge_nats.testing import Cluster
 
 from ._support import REPLICA_TIMEOUTS, Outcomes, connect_nats, read_stream, wait_until
 
@@ -21,9 +21,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.timeout(240)]
 
 
 @pytest.fixture
-async def cluster3() -> AsyncIterator[LocalCluster]:
+async def cluster3(
+    liftbridge_cluster_factory: Callable[..., Cluster],
+) -> AsyncIterator[Cluster]:
     # Debug logs show the nodes' log truncations (see _server_truncation_evidence).
-    async with LocalCluster(3, liftbridge_config=REPLICA_TIMEOUTS, log_level="debug") as c:
+    async with liftbridge_cluster_factory(
+        3, liftbridge_config=REPLICA_TIMEOUTS, log_level="debug"
+    ) as c:
         yield c
 
 
@@ -36,15 +40,12 @@ async def cluster3() -> AsyncIterator[LocalCluster]:
 _HW_TRUNCATION = "] to HW "
 
 
-def _server_truncation_evidence(cluster: LocalCluster, stream: str) -> list[str]:
+def _server_truncation_evidence(cluster: Cluster, stream: str) -> list[str]:
     """Debug-log lines of every node about truncating ``stream``'s log, and failed
     leader-epoch requests for it."""
     lines = []
     for i, node in enumerate(cluster.node_ids):
-        try:
-            text = cluster.log_path(i).read_text(errors="replace")
-        except OSError:
-            continue
+        text = cluster.node_log(i)
         lines += [
             f"{node}: {line}"
             for line in text.splitlines()
@@ -100,7 +101,7 @@ async def _follow(client: Client, name: str, into: list[Message]) -> None:
 
 
 async def test_partition_leader_killed(
-    cluster3: LocalCluster, unique_name: Callable[[str], str], fault_report: Any
+    cluster3: Cluster, unique_name: Callable[[str], str], fault_report: Any
 ) -> None:
     name = unique_name("leader-kill")
     nc = await connect_nats(cluster3.nats_url)
@@ -218,7 +219,7 @@ async def test_partition_leader_killed(
 
 
 def _successor_truncation(
-    cluster: LocalCluster, stream: str, *, killed: str
+    cluster: Cluster, stream: str, *, killed: str
 ) -> tuple[str | None, int | None]:
     """The broker that led ``stream`` first after ``killed``, and the high watermark it
     truncated its log to before it became leader (None when it logged none)."""
@@ -226,7 +227,7 @@ def _successor_truncation(
     if not epochs:
         return None, None
     successor = epochs[0][0]
-    text = cluster.log_path(cluster.node_ids.index(successor)).read_text(errors="replace")
+    text = cluster.node_log(cluster.node_ids.index(successor))
     truncated: int | None = None
     for line in text.splitlines():
         if f"stream={stream}," not in line:
@@ -259,7 +260,7 @@ def _assert_subscription(
 
 
 def _successor_leader_epochs(
-    cluster: LocalCluster, stream: str, *, killed: str
+    cluster: Cluster, stream: str, *, killed: str
 ) -> list[tuple[str, int]]:
     """(broker, epoch) of every "Server becoming leader" log line of ``stream`` written by
     a broker other than ``killed``, in epoch order."""
@@ -267,10 +268,7 @@ def _successor_leader_epochs(
     for i, node in enumerate(cluster.node_ids):
         if node == killed:
             continue
-        try:
-            text = cluster.log_path(i).read_text(errors="replace")
-        except OSError:
-            continue
+        text = cluster.node_log(i)
         for line in text.splitlines():
             if "Server becoming leader for partition" in line and f"stream={stream}," in line:
                 epoch = line.rsplit("epoch: ", 1)[-1].split('"', 1)[0].strip()
@@ -279,15 +277,12 @@ def _successor_leader_epochs(
     return sorted(found, key=lambda pair: pair[1])
 
 
-def _deposed_successors(cluster: LocalCluster, stream: str, *, killed: str) -> list[str]:
+def _deposed_successors(cluster: Cluster, stream: str, *, killed: str) -> list[str]:
     """Brokers other than ``killed`` that a follower reported as a failed leader of
     ``stream`` (server log: "Leader X for partition [...] exceeded max leader timeout")."""
     deposed: set[str] = set()
     for i in range(len(cluster.node_ids)):
-        try:
-            text = cluster.log_path(i).read_text(errors="replace")
-        except OSError:
-            continue
+        text = cluster.node_log(i)
         for line in text.splitlines():
             if f"stream={stream}," in line and "exceeded max leader timeout" in line:
                 leader = line.split("Leader ", 1)[1].split(" ", 1)[0] if "Leader " in line else ""
@@ -297,7 +292,7 @@ def _deposed_successors(cluster: LocalCluster, stream: str, *, killed: str) -> l
 
 
 async def test_follower_killed_and_restarted(
-    cluster3: LocalCluster, unique_name: Callable[[str], str], fault_report: Any
+    cluster3: Cluster, unique_name: Callable[[str], str], fault_report: Any
 ) -> None:
     name = unique_name("follower-kill")
     nc = await connect_nats(cluster3.nats_url)

@@ -16,7 +16,7 @@ from liftbridge_nats.client import Client
 from liftbridge_nats.envelope import MsgType
 from liftbridge_nats.messages import AckPolicy
 from liftbridge_nats.publisher import Publisher
-from liftbridge_nats.testing import LocalCluster
+from liftbridge_nats.testing import Cluster
 
 from ._support import Outcomes, connect_nats, gather_outcomes, read_stream, wait_until
 
@@ -24,8 +24,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 @pytest.fixture
-async def cluster() -> AsyncIterator[LocalCluster]:
-    async with LocalCluster(1) as c:
+async def cluster(
+    liftbridge_cluster_factory: Callable[..., Cluster],
+) -> AsyncIterator[Cluster]:
+    async with liftbridge_cluster_factory(1) as c:
         yield c
 
 
@@ -60,7 +62,7 @@ def _strays(rng: random.Random, count: int) -> dict[str, list[bytes]]:
 
 
 async def test_ack_inbox_flood(
-    cluster: LocalCluster, unique_name: Callable[[str], str], fault_report: Any
+    cluster: Cluster, unique_name: Callable[[str], str], fault_report: Any
 ) -> None:
     name = unique_name("flood")
     total, flood = 20_000, 16_000

@@ -24,21 +24,23 @@ from liftbridge_nats.client import Client
 from liftbridge_nats.errors import IncorrectOffsetError, LiftbridgeError
 from liftbridge_nats.messages import Ack, AckPolicy
 from liftbridge_nats.publisher import Publisher
-from liftbridge_nats.testing import LocalCluster
+from liftbridge_nats.testing import Cluster
 
-from ._support import connect_nats, read_stream
+from ._support import NATS_FAULT_NETWORK, connect_nats, read_stream
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
 @pytest.fixture
-async def cluster() -> AsyncIterator[LocalCluster]:
-    async with LocalCluster(1) as c:
+async def cluster(
+    liftbridge_cluster_factory: Callable[..., Cluster],
+) -> AsyncIterator[Cluster]:
+    async with liftbridge_cluster_factory(1, container_network=NATS_FAULT_NETWORK) as c:
         yield c
 
 
 async def test_same_correlation_id_and_offset_is_refused_not_duplicated(
-    cluster: LocalCluster, unique_name: Callable[[str], str]
+    cluster: Cluster, unique_name: Callable[[str], str]
 ) -> None:
     """The mechanism, deterministically: a second copy of a stored message is refused."""
     name = unique_name("occ-basic")
@@ -66,7 +68,7 @@ async def test_same_correlation_id_and_offset_is_refused_not_duplicated(
 
 
 async def test_retry_after_lost_acks_never_writes_twice(
-    cluster: LocalCluster, unique_name: Callable[[str], str], fault_report: Any
+    cluster: Cluster, unique_name: Callable[[str], str], fault_report: Any
 ) -> None:
     name = unique_name("occ-retry")
     total = 40_000

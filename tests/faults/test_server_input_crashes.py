@@ -17,7 +17,7 @@ import pytest
 from liftbridge_nats._proto import api_pb2, api_pb2_grpc
 from liftbridge_nats.client import Client
 from liftbridge_nats.errors import InvalidArgumentError, ServerStartError
-from liftbridge_nats.testing import LocalCluster
+from liftbridge_nats.testing import Cluster, LocalCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -72,7 +72,7 @@ def _send(address: str, requests: list[Any]) -> None:
                 return
 
 
-async def _exits(cluster: LocalCluster, within: float) -> bool:
+async def _exits(cluster: Cluster, within: float) -> bool:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     while cluster.is_running(0):
@@ -82,14 +82,18 @@ async def _exits(cluster: LocalCluster, within: float) -> bool:
     return True
 
 
-def _panics(cluster: LocalCluster) -> list[str]:
-    text = cluster.log_path(0).read_text(errors="replace")
+def _panics(cluster: Cluster) -> list[str]:
+    text = cluster.node_log(0)
     return [line for line in text.splitlines() if line.startswith("panic:")]
 
 
 @pytest.mark.parametrize(("case", "requests", "sdk_args"), CASES, ids=[c[0] for c in CASES])
 async def test_raw_request_crashes_the_broker_for_good_and_the_sdk_refuses_it(
-    case: str, requests: list[Any], sdk_args: dict[str, Any], fault_report: Callable[[str], None]
+    case: str,
+    requests: list[Any],
+    sdk_args: dict[str, Any],
+    fault_report: Callable[[str], None],
+    liftbridge_cluster_factory: Callable[..., Cluster],
 ) -> None:
     nowhere = Client(["127.0.0.1:1"])  # never connected: the check must come first
     try:
@@ -98,7 +102,7 @@ async def test_raw_request_crashes_the_broker_for_good_and_the_sdk_refuses_it(
     finally:
         await nowhere.close()
 
-    async with LocalCluster(1) as cluster:
+    async with liftbridge_cluster_factory(1) as cluster:
         await asyncio.to_thread(_send, cluster.brokers[0], requests)
         assert await _exits(cluster, 15), f"{case}: the broker survived\n{cluster.log_tail()}"
         first = _panics(cluster)
@@ -109,6 +113,7 @@ async def test_raw_request_crashes_the_broker_for_good_and_the_sdk_refuses_it(
     fault_report(f"{case}: {first[0][:160]!a}")
 
 
+@pytest.mark.processes_only("looks at the node's data directory on the host")
 async def test_a_slash_makes_nested_directories() -> None:
     async with LocalCluster(1) as cluster:
         await asyncio.to_thread(_send, cluster.brokers[0], [Request(subject="s", name="a/b")])
@@ -123,9 +128,9 @@ async def test_a_slash_makes_nested_directories() -> None:
 
 
 async def test_a_three_node_cluster_loses_brokers_and_then_its_quorum(
-    fault_report: Callable[[str], None],
+    fault_report: Callable[[str], None], liftbridge_cluster_factory: Callable[..., Cluster]
 ) -> None:
-    async with LocalCluster(3) as cluster:
+    async with liftbridge_cluster_factory(3) as cluster:
         await asyncio.to_thread(_send, cluster.brokers[0], [Request(subject="s", name="é" * 128)])
         await asyncio.sleep(15)  # every broker applies the entry and crashes, or not
         alive = [i for i in range(3) if cluster.is_running(i)]

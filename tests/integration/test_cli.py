@@ -615,6 +615,7 @@ def test_bench_delegates_to_the_suite_in_a_checkout(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ dev cluster
 
 
+@pytest.mark.processes_only("`servers start` runs the dev cluster as local processes")
 def test_servers_start_status_stop(tmp_path: Path) -> None:
     state_file = tmp_path / "dev-cluster.json"
     env = _env(None, state_file)

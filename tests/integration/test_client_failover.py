@@ -12,7 +12,6 @@ import pytest
 from liftbridge_nats.client import Client
 from liftbridge_nats.errors import LiftbridgeError
 from liftbridge_nats.messages import AckPolicy, StartPosition
-from liftbridge_nats.testing import LocalCluster
 
 
 async def publish_until_acked(
@@ -33,9 +32,14 @@ async def publish_until_acked(
 
 @pytest.mark.cluster
 @pytest.mark.slow
-async def test_subscription_survives_leader_failover(unique_name: Any) -> None:
+async def test_subscription_survives_leader_failover(
+    unique_name: Any, liftbridge_cluster_factory: Any
+) -> None:
     name = unique_name("fo")
-    async with LocalCluster(3) as cluster, Client(cluster.brokers, timeout=20) as client:
+    async with (
+        liftbridge_cluster_factory(3) as cluster,
+        Client(cluster.brokers, timeout=20) as client,
+    ):
         await client.create_stream(name, name, replication_factor=3)
         for i in range(50):
             await client.publish(name, b"before-%d" % i, ack_policy=AckPolicy.ALL, timeout=20)
@@ -68,9 +72,12 @@ async def test_subscription_survives_leader_failover(unique_name: Any) -> None:
 
 
 @pytest.mark.slow
-async def test_cursors_survive_restart(unique_name: Any) -> None:
+async def test_cursors_survive_restart(unique_name: Any, liftbridge_cluster_factory: Any) -> None:
     name = unique_name("cur")
-    async with LocalCluster(1) as cluster, Client(cluster.brokers, timeout=30) as client:
+    async with (
+        liftbridge_cluster_factory(1) as cluster,
+        Client(cluster.brokers, timeout=30) as client,
+    ):
         await client.create_stream(name, name, partitions=3)
         for partition in range(3):
             await client.set_cursor("reader", name, partition, 10 + partition)
@@ -90,9 +97,14 @@ async def test_cursors_survive_restart(unique_name: Any) -> None:
 
 @pytest.mark.cluster
 @pytest.mark.slow
-async def test_consumer_follows_a_new_group_coordinator(unique_name: Any) -> None:
+async def test_consumer_follows_a_new_group_coordinator(
+    unique_name: Any, liftbridge_cluster_factory: Any
+) -> None:
     stream, group = unique_name("gco"), unique_name("g")
-    async with LocalCluster(3) as cluster, Client(cluster.brokers, timeout=20) as client:
+    async with (
+        liftbridge_cluster_factory(3) as cluster,
+        Client(cluster.brokers, timeout=20) as client,
+    ):
         await client.create_stream(stream, stream, partitions=2, replication_factor=3)
         consumer = client.consumer(group, [stream], assignment_interval=0.5)
         async with consumer:

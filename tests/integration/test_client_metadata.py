@@ -18,7 +18,6 @@ from liftbridge_nats.errors import (
     ReadonlyPartitionError,
 )
 from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
-from liftbridge_nats.testing import LocalCluster
 
 
 def test_broker_addresses_parsed() -> None:
@@ -81,13 +80,17 @@ async def test_cursors_roundtrip_and_arguments(liftbridge_cluster: Any, unique_n
 
 
 @pytest.mark.slow
-async def test_cursors_land_in_the_hashed_cursors_partition(unique_name: Any) -> None:
+async def test_cursors_land_in_the_hashed_cursors_partition(
+    unique_name: Any, liftbridge_cluster_factory: Any
+) -> None:
     # With six __cursors partitions, each stored cursor must sit in the partition the
     # client computed (CRC-32 of "<id>,<stream>,<partition>"), which is where the
     # server looks for it too.
     name = unique_name("route")
     async with (
-        LocalCluster(1, liftbridge_config={"cursors.stream.partitions": 6}) as cluster,
+        liftbridge_cluster_factory(
+            1, liftbridge_config={"cursors.stream.partitions": 6}
+        ) as cluster,
         Client(cluster.brokers) as client,
     ):
         await client.create_stream(name, name, partitions=4)
@@ -116,9 +119,13 @@ async def test_cursors_land_in_the_hashed_cursors_partition(unique_name: Any) ->
 
 
 @pytest.mark.slow
-async def test_cursors_disabled_is_explained(unique_name: Any) -> None:
+async def test_cursors_disabled_is_explained(
+    unique_name: Any, liftbridge_cluster_factory: Any
+) -> None:
     async with (
-        LocalCluster(1, liftbridge_config={"cursors.stream.partitions": None}) as cluster,
+        liftbridge_cluster_factory(
+            1, liftbridge_config={"cursors.stream.partitions": None}
+        ) as cluster,
         Client(cluster.brokers) as client,
     ):
         name = unique_name("nocur")

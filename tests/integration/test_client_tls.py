@@ -93,6 +93,9 @@ async def connect_when_ready(address: str, tls: TLSConfig) -> Client:
             await asyncio.sleep(0.3)
 
 
+@pytest.mark.processes_only(
+    "runs its own TLS Liftbridge process with certificate files from the host"
+)
 async def test_mutual_tls(tls_broker: tuple[str, TestCertificates]) -> None:
     address, certs = tls_broker
     tls = TLSConfig(ca_file=certs.ca_cert, cert_file=certs.client_cert, key_file=certs.client_key)

@@ -1,4 +1,9 @@
-"""The real-server harness itself: LocalCluster, its faults, its cleanup, its fixtures."""
+"""The real-server harness itself: LocalCluster, its faults, its cleanup, its fixtures.
+
+Tests of LocalCluster's own surface (process ids, work directory, log files, NATS
+configuration, gRPC TLS) run on processes only; tests/containers covers ContainerCluster
+the same way.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +14,28 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import nats
 import pytest
+from nats.aio.client import Client as NATS
 
 from liftbridge_nats._proto import api_pb2, api_pb2_grpc
 from liftbridge_nats.errors import ServerStartError
-from liftbridge_nats.testing import LocalCluster
+from liftbridge_nats.testing import Cluster, LocalCluster
+
+# Reasons, for tests that check LocalCluster's own surface.
+_PROCESSES = pytest.mark.processes_only(
+    "checks LocalCluster's process ids and work directory; "
+    "tests/containers/test_container_cluster.py checks ContainerCluster's containers"
+)
+_NATS_CONFIG = pytest.mark.processes_only(
+    "configures nats-server with nats_config/nats_url_userinfo, which only LocalCluster takes"
+)
+_GRPC_TLS = pytest.mark.processes_only(
+    "serves gRPC over TLS with certificate files from the host, which only LocalCluster takes"
+)
 
 
 async def _metadata(broker: str, streams: list[str] | None = None) -> api_pb2.FetchMetadataResponse:
@@ -66,8 +85,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 async def test_single_node_fixture_metadata_stream_and_raw_nats_publish(
-    liftbridge_cluster: LocalCluster,
-    nats_client: nats.NATS,
+    liftbridge_cluster: Cluster,
+    nats_client: NATS,
     unique_name: Callable[..., str],
 ) -> None:
     """The 1-node fixture answers metadata, creates streams, and stores a raw NATS
@@ -98,7 +117,7 @@ def test_unique_name_is_unique_and_subject_safe(unique_name: Callable[..., str])
         assert not set(name) & set(". *>\t")
 
 
-def test_three_node_fixture_lists_every_broker(liftbridge_cluster3: LocalCluster) -> None:
+def test_three_node_fixture_lists_every_broker(liftbridge_cluster3: Cluster) -> None:
     async def check() -> None:
         for broker in liftbridge_cluster3.brokers:
             meta = await _metadata(broker)
@@ -110,6 +129,7 @@ def test_three_node_fixture_lists_every_broker(liftbridge_cluster3: LocalCluster
 # ---------------------------------------------------------------- private clusters
 
 
+@_PROCESSES
 async def test_kill_and_restart_node_rejoins_metadata(unique_name: Callable[..., str]) -> None:
     async with LocalCluster(3) as cluster:
         stream = unique_name("rf3")
@@ -135,6 +155,7 @@ async def test_kill_and_restart_node_rejoins_metadata(unique_name: Callable[...,
             assert meta.streamMetadata[0].partitions[0].leader in cluster.node_ids
 
 
+@_PROCESSES
 async def test_kill_and_restart_nats_clients_reconnect(unique_name: Callable[..., str]) -> None:
     async with LocalCluster() as cluster:
         stream = unique_name("nats-restart")
@@ -167,6 +188,7 @@ async def test_kill_and_restart_nats_clients_reconnect(unique_name: Callable[...
             await nc.close()
 
 
+@_PROCESSES
 def test_sync_cluster_cleans_up_processes_and_dirs() -> None:
     with LocalCluster() as cluster:
         pids = cluster.pids()
@@ -177,6 +199,7 @@ def test_sync_cluster_cleans_up_processes_and_dirs() -> None:
     assert not workdir.exists()
 
 
+@_PROCESSES
 async def test_failed_start_raises_with_logs_and_cleans_up() -> None:
     cluster = LocalCluster(liftbridge_config={"no.such.setting": 1}, start_timeout=20)
     with pytest.raises(ServerStartError) as info:
@@ -189,6 +212,7 @@ async def test_failed_start_raises_with_logs_and_cleans_up() -> None:
     assert not Path(logs[0]).parent.parent.exists()
 
 
+@_PROCESSES
 async def test_cancelled_start_cleans_up() -> None:
     cluster = LocalCluster(3)
     task = asyncio.create_task(cluster.start())
@@ -244,15 +268,16 @@ def test_generated_config_rejects_conflicting_keys() -> None:
         render_yaml({"nats.embedded": True, "nats.embedded.config": "/x"})
 
 
-def test_log_level_reaches_the_server() -> None:
+def test_log_level_reaches_the_server(liftbridge_cluster_factory: Callable[..., Any]) -> None:
     """The server itself validates the generated file: a bad level fails fast."""
     with pytest.raises(ServerStartError, match=r"Invalid logging\.level"):
-        LocalCluster(log_level="loud", start_timeout=20).start_sync()
+        liftbridge_cluster_factory(log_level="loud", start_timeout=20).start_sync()
 
 
 # ---------------------------------------------------------------- auth and TLS
 
 
+@_NATS_CONFIG
 async def test_nats_token_reaches_nodes_and_is_masked_in_logs() -> None:
     token = "harness-secret-token-42"
     async with LocalCluster(
@@ -266,6 +291,7 @@ async def test_nats_token_reaches_nodes_and_is_masked_in_logs() -> None:
         await nc.close()
 
 
+@_GRPC_TLS
 def test_grpc_tls_cluster_becomes_ready(tmp_path: Path) -> None:
     from liftbridge_nats.testing._certs import generate_certificates
 
@@ -289,6 +315,7 @@ def test_grpc_tls_cluster_becomes_ready(tmp_path: Path) -> None:
         assert [b.id for b in meta.brokers] == ["n0"]
 
 
+@_PROCESSES
 async def test_node_that_dies_by_itself_is_reported(unique_name: Callable[..., str]) -> None:
     async with LocalCluster(3) as cluster:
         pid = cluster.node_pid(2)

@@ -148,6 +148,9 @@ def test_servers_env_without_a_dev_cluster_prints_nothing(
     assert out == "" and "servers start" in err
 
 
+@pytest.mark.processes_only(
+    "the README's TLS example starts a LocalCluster with certificate files from the host"
+)
 async def test_the_tls_testing_example_runs(tmp_path: Path) -> None:
     block = readme_python("### Testing a TLS set-up").rstrip()
     assert block.endswith("...")

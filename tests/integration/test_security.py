@@ -35,14 +35,20 @@ from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
 from liftbridge_nats.testing import LocalCluster, find_nats_server
 from liftbridge_nats.testing._certs import TestCertificates, generate_certificates
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.processes_only(
+        "configures nats-server (TLS, users, NKeys, tokens, operator mode) and Liftbridge "
+        "TLS with files on the host; ContainerCluster takes no nats_config or certificates"
+    ),
+]
 
 PASSWORD = "pw-" + secrets.token_hex(12)
 TOKEN = "tok-" + secrets.token_hex(12)
 LIFTBRIDGE_USER = "liftbridge"
 APP_USER = "app"
 APP_PASSWORD = "app-" + secrets.token_hex(12)
-CONNECT = {
+CONNECT: dict[str, Any] = {
     "connect_timeout": 3,
     "allow_reconnect": False,
     # nats-py retries a failing server forever when this is 0 (its "no limit").
