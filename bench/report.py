@@ -613,12 +613,12 @@ def _read_metrics_cost(sub: list[Record]) -> list[str]:
     """Read metrics' cost: CPU per message of our subscribe against metrics off."""
     lines = []
     for size in sorted({c["size"] for c in sub}):
-        base = _cpu(_find(sub, plan.OURS_METRICS_OFF, size=size))
-        if base is None:
+        base = _cpu(sub, plan.OURS_METRICS_OFF, size=size)
+        if not base:
             continue
         ratios = []
         for client in (plan.OURS, plan.OURS_OTEL_SDK):
-            cpu = _cpu(_find(sub, client, size=size))
+            cpu = _cpu(sub, client, size=size)
             if cpu is not None:
                 ratios.append(f"{client} {cpu / base:.3f}x")
         if ratios:
@@ -631,13 +631,6 @@ def _read_metrics_cost(sub: list[Record]) -> list[str]:
         "",
         *lines,
     ]
-
-
-def _cpu(case: Record | None) -> float | None:
-    if case is None or not _ok(case):
-        return None
-    value = float(case["result"].get("cpu_us_per_msg", 0.0))
-    return value if value > 0 else None
 
 
 def _fanout_table(cases: list[Record]) -> list[str]:
