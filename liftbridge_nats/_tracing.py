@@ -141,7 +141,7 @@ class _HeaderSetter:
 class _HeaderGetter:
     """Reads propagation fields from Liftbridge headers; undecodable values are ignored."""
 
-    def get(self, carrier: Mapping[str, bytes], key: str) -> list[str] | None:
+    def get(self, carrier: Mapping[str, bytes | bytearray], key: str) -> list[str] | None:
         data = carrier.get(key)
         if data is None:
             lowered = key.lower()
@@ -156,7 +156,7 @@ class _HeaderGetter:
         except (UnicodeDecodeError, TypeError):
             return None
 
-    def keys(self, carrier: Mapping[str, bytes]) -> list[str]:
+    def keys(self, carrier: Mapping[str, bytes | bytearray]) -> list[str]:
         return list(carrier)
 
 
@@ -180,9 +180,11 @@ def inject_context(
     return carrier
 
 
-def extract_context(headers: Mapping[str, bytes] | None) -> Context | None:
+def extract_context(headers: Mapping[str, bytes | bytearray] | None) -> Context | None:
     """The OpenTelemetry context carried in a message's headers, or None when they carry
-    no valid span context and no baggage (or ``opentelemetry-api`` is not installed)."""
+    no valid span context and no baggage (or ``opentelemetry-api`` is not installed).
+
+    Header values may be bytes or bytearray (a Spark row's ``headers`` column)."""
     if not headers or not _Otel.load():
         return None
     # Most messages carry none: one pass over the names answers that for a tenth of

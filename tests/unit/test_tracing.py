@@ -300,6 +300,19 @@ def test_consumer_span_records_an_exception_and_lets_it_through(traced: Traced) 
     assert dict(consumer.attributes or {})["error.type"] == "builtins.KeyError"
 
 
+def test_context_from_a_spark_rows_headers() -> None:
+    # The Spark source's headers column is map<string,binary>: PySpark hands rows'
+    # binary values over as bytearray.
+    headers = {"subject": bytearray(b"orders"), "traceparent": bytearray(TRACEPARENT.encode())}
+    ctx = extract_context(headers)
+    assert ctx is not None
+    remote = trace.get_current_span(ctx).get_span_context()
+    assert (remote.trace_id, remote.span_id) == (
+        0x0AF7651916CD43DD8448EB211C80319C,
+        0xB7AD6B7169203331,
+    )
+
+
 def test_consumer_span_over_a_batch_links_to_each_producer(traced: Traced) -> None:
     provider, exporter = traced
     tracer = publish_tracer(provider)
