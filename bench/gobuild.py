@@ -1,12 +1,14 @@
 """Build the Go peer (bench/go, using go-liftbridge) into the per-user cache.
 
-The binary lives outside the repository, beside the cached Liftbridge server, and is
-rebuilt only when bench/go changed. A first build downloads go-liftbridge and its
+The binary lives outside the repository, beside the cached Liftbridge server, under a
+digest of bench/go's files: it is rebuilt when they change, and clones holding different
+versions of the peer (and its flags) never run each other's binary. A first build downloads go-liftbridge and its
 dependencies through the Go module proxy (seconds when the module cache has them).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -18,16 +20,20 @@ from liftbridge_nats.testing import cache_dir
 GO_SOURCE = BENCH_DIR / "go"
 
 
+def _source_digest() -> str:
+    digest = hashlib.sha256()
+    for path in sorted(p for p in GO_SOURCE.iterdir() if p.is_file()):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
 def binary_path() -> Path:
-    """Where the Go peer's binary is cached."""
-    return cache_dir() / "bench-go" / "bench-go"
+    """Where the Go peer's binary for the current bench/go sources is cached."""
+    return cache_dir() / "bench-go" / _source_digest() / "bench-go"
 
 
 def _stale(binary: Path) -> bool:
-    if not binary.exists():
-        return True
-    built = binary.stat().st_mtime
-    return any(p.stat().st_mtime > built for p in GO_SOURCE.iterdir() if p.is_file())
+    return not binary.exists()
 
 
 def ensure_go_peer() -> tuple[Path | None, str]:

@@ -12,6 +12,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+# What the key+headers cases put on every message (every client the same).
+KEY = b"customer-42"
+HEADER_NAME = "trace-id"
+HEADER_VALUE = b"4bf92f3577b34da6"
+
 
 def payload(size: int) -> bytes:
     """The value every client publishes: ``size`` bytes of a repeating a-z pattern."""

@@ -13,6 +13,11 @@ from bench.settings import Settings, Topology
 
 # Clients of the publish section, in table order.
 OURS = "ours"
+# The services' pattern: `await publish()` from many tasks (same Publisher, defaults).
+OURS_BURST = "ours burst 20k"
+OURS_TASKS_100 = "ours 100 tasks"
+OURS_TASKS_1000 = "ours 1000 tasks"
+SERVICES = (OURS_BURST, OURS_TASKS_100, OURS_TASKS_1000)
 BARE = "bare"
 RAW = "raw nats-py"
 GUFO_UNARY = "gufo publish"
@@ -49,6 +54,8 @@ class Case:
     ack: str = "LEADER"
     topology: Topology = SINGLE
     rate: int = 0
+    keyed: bool = False
+    """Every message carries a key and one header."""
 
     @property
     def id(self) -> str:
@@ -56,6 +63,8 @@ class Case:
         parts = [self.section, self.client.replace(" ", "_"), f"{self.size}B"]
         if self.section in ("publish", "memory"):
             parts += [self.ack, self.topology.label]
+            if self.keyed:
+                parts.append("key+headers")
         if self.section == "latency":
             parts += [self.ack, f"{self.rate}mps"]
         if self.section == "fanout":
@@ -71,12 +80,16 @@ class Case:
             return f"{self.size} B"
         if self.section == "fanout":
             return f"{self.topology.partitions} partitions"
-        return f"{self.ack} {self.topology.label} {self.size} B"
+        return f"{self.ack} {self.topology.label} {self.size} B" + (" kh" if self.keyed else "")
 
 
-def publish_clients(settings: Settings, topology: Topology) -> list[str]:
+def publish_clients(settings: Settings, topology: Topology, keyed: bool = False) -> list[str]:
     """Clients measured on one publish configuration."""
     clients = [OURS, BARE]
+    if topology in settings.services_topologies:
+        clients += list(SERVICES)
+    if keyed:
+        return clients + ([GO_ASYNC] if settings.go else [])
     if settings.gufo:
         clients.append(GUFO_BULK)
         if topology in settings.sequential_topologies:
@@ -103,6 +116,22 @@ def build(settings: Settings) -> list[Case]:
                 for client in publish_clients(settings, topology):
                     cases.append(
                         Case("publish", client, size, settings.count, ack=ack, topology=topology)
+                    )
+    # The same with a key and one header on every message (services' messages).
+    for size in settings.keyed_sizes:
+        for topology in settings.services_topologies:
+            for ack in settings.policies:
+                for client in publish_clients(settings, topology, keyed=True):
+                    cases.append(
+                        Case(
+                            "publish",
+                            client,
+                            size,
+                            settings.count,
+                            ack=ack,
+                            topology=topology,
+                            keyed=True,
+                        )
                     )
     for size in settings.sizes:
         for rate in settings.latency_rates:

@@ -19,6 +19,7 @@ Record = dict[str, Any]
 
 PUBLISH_ORDER = [
     plan.OURS,
+    *plan.SERVICES,
     plan.BARE,
     plan.GO_ASYNC,
     plan.GO_SYNC,
@@ -33,16 +34,30 @@ def _ok(case: Record) -> bool:
     return "error" not in case["result"]
 
 
+def _matches(case: Record, client: str, match: dict[str, Any]) -> bool:
+    # Records written before the key+headers cases existed have no "keyed" field.
+    return case["client"] == client and all(
+        case.get(k, False if k == "keyed" else None) == v for k, v in match.items()
+    )
+
+
 def _rate(cases: Iterable[Record], client: str, **match: Any) -> float | None:
     for case in cases:
-        if case["client"] == client and all(case[k] == v for k, v in match.items()):
+        if _matches(case, client, match):
             return float(case["result"]["rate"]) if _ok(case) else None
+    return None
+
+
+def _cpu(cases: Iterable[Record], client: str, **match: Any) -> float | None:
+    for case in cases:
+        if _matches(case, client, match):
+            return float(case["result"]["cpu_us_per_msg"]) if _ok(case) else None
     return None
 
 
 def _find(cases: Iterable[Record], client: str, **match: Any) -> Record | None:
     for case in cases:
-        if case["client"] == client and all(case[k] == v for k, v in match.items()):
+        if _matches(case, client, match):
             return case
     return None
 
@@ -71,14 +86,31 @@ def _topo(case: Record) -> str:
     return f"{case['partitions']} part, RF {case['replication']}"
 
 
-def _configs(cases: list[Record]) -> list[tuple[int, str, int, int]]:
-    seen: list[tuple[int, str, int, int]] = []
+Config = tuple[int, str, int, int, bool]
+
+
+def _configs(cases: list[Record]) -> list[Config]:
+    seen: list[Config] = []
     for c in cases:
         if c["section"] == "publish" and c["client"] != plan.RAW:
-            key = (c["size"], c["ack"], c["partitions"], c["replication"])
+            key = (c["size"], c["ack"], c["partitions"], c["replication"], c.get("keyed", False))
             if key not in seen:
                 seen.append(key)
     return seen
+
+
+def _m(key: Config) -> dict[str, Any]:
+    return {
+        "size": key[0],
+        "ack": key[1],
+        "partitions": key[2],
+        "replication": key[3],
+        "keyed": key[4],
+    }
+
+
+def _label(key: Config) -> str:
+    return f"{key[2]} part, RF {key[3]}" + (", key+headers" if key[4] else "")
 
 
 def _gufo_best(pub: list[Record], **match: Any) -> tuple[float | None, str]:
@@ -97,7 +129,7 @@ def targets(record: Record) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     sizes = sorted({c["size"] for c in pub})
     for size in sizes:
-        m = {"size": size, "ack": "LEADER", "partitions": 1, "replication": 1}
+        m = {"size": size, "ack": "LEADER", "partitions": 1, "replication": 1, "keyed": False}
         ours = _rate(pub, plan.OURS, **m)
         gufo, gufo_mode = _gufo_best(pub, **m)
         bare = _rate(pub, plan.BARE, **m)
@@ -128,7 +160,7 @@ def targets(record: Record) -> list[dict[str, Any]]:
             )
         )
     # The same three throughput targets over every LEADER configuration of the run.
-    leader = [k for k in _configs(pub) if k[1] == "LEADER"]
+    leader = [k for k in _configs(pub) if k[1] == "LEADER" and not k[4]]
     if len(leader) > len(sizes):
         for name, peer, goal in (
             ("10x gufo-liftbridge best mode", None, 10.0),
@@ -136,8 +168,8 @@ def targets(record: Record) -> list[dict[str, Any]]:
             ("80% of the bare pipeline", plan.BARE, 0.8),
         ):
             ratios = []
-            for size, ack, parts, rf in leader:
-                m = {"size": size, "ack": ack, "partitions": parts, "replication": rf}
+            for key in leader:
+                m = _m(key)
                 other = _gufo_best(pub, **m)[0] if peer is None else _rate(pub, peer, **m)
                 r = _ratio(_rate(pub, plan.OURS, **m), other)
                 if r is not None:
@@ -151,6 +183,7 @@ def targets(record: Record) -> list[dict[str, Any]]:
                     goal,
                 )
                 rows.append(row)
+    rows += _services_targets(pub)
     lat = [c for c in cases if c["section"] == "latency" and c["rate"] == 10_000]
     for size in sorted({c["size"] for c in lat}):
         ours_c = _find(lat, plan.OURS, size=size)
@@ -241,6 +274,56 @@ def _fanout_targets(cases: list[Record]) -> list[dict[str, Any]]:
     return rows
 
 
+def _services_targets(pub: list[Record]) -> list[dict[str, Any]]:
+    """The services' pattern against publish_nowait and Go, and client CPU against Go's,
+    over every configuration where they ran (plain and key+headers); worst ratio shown."""
+    rows: list[dict[str, Any]] = []
+    configs = [k for k in _configs(pub) if _find(pub, plan.OURS_BURST, **_m(k))]
+    if not configs:
+        return rows
+
+    def worst(name: str, pairs: list[float | None], goal: float, lower: bool = False) -> None:
+        ratios = [r for r in pairs if r is not None]
+        if not ratios:
+            return
+        met = sum((r <= goal) if lower else (r >= goal) for r in ratios)
+        rows.append(
+            _target(
+                f"{name}, {len(ratios)} configurations, plain and key+headers "
+                f"({'highest' if lower else 'worst'} ratio shown; met in {met} of {len(ratios)})",
+                max(ratios) if lower else min(ratios),
+                goal,
+                lower_is_better=lower,
+            )
+        )
+
+    for client in plan.SERVICES:
+        worst(
+            f"{client} (await publish) ≥ 0.8x ours publish_nowait",
+            [_ratio(_rate(pub, client, **_m(k)), _rate(pub, plan.OURS, **_m(k))) for k in configs],
+            0.8,
+        )
+        worst(
+            f"{client} (await publish) ≥ 1.0x go-liftbridge PublishAsync",
+            [
+                _ratio(_rate(pub, client, **_m(k)), _rate(pub, plan.GO_ASYNC, **_m(k)))
+                for k in configs
+            ],
+            1.0,
+        )
+    for client in (plan.OURS, *plan.SERVICES):
+        worst(
+            f"client CPU per acked message, {client} ≤ 1.0x go-liftbridge PublishAsync's",
+            [
+                _ratio(_cpu(pub, client, **_m(k)), _cpu(pub, plan.GO_ASYNC, **_m(k)))
+                for k in configs
+            ],
+            1.0,
+            lower=True,
+        )
+    return rows
+
+
 def _target(
     name: str, ratio: float | None, goal: float, lower_is_better: bool = False
 ) -> dict[str, Any]:
@@ -320,7 +403,11 @@ def _publish_tables(cases: list[Record]) -> list[str]:
     pub = [c for c in cases if c["section"] == "publish"]
     out: list[str] = []
     clients = [c for c in PUBLISH_ORDER if any(x["client"] == c for x in pub)]
-    peers = [c for c in clients if c not in (plan.OURS, plan.OURS_UVLOOP, plan.BARE_UVLOOP)]
+    peers = [
+        c
+        for c in clients
+        if c not in (plan.OURS, plan.OURS_UVLOOP, plan.BARE_UVLOOP, *plan.SERVICES)
+    ]
     uv = plan.OURS_UVLOOP in clients and plan.BARE_UVLOOP in clients
     for size in sorted({c["size"] for c in pub}):
         raw = _rate(pub, plan.RAW, size=size)
@@ -337,7 +424,7 @@ def _publish_tables(cases: list[Record]) -> list[str]:
             "|---|---|" + "---:|" * len(clients),
         ]
         for key in keys:
-            m = {"size": key[0], "ack": key[1], "partitions": key[2], "replication": key[3]}
+            m = _m(key)
             cells = []
             for client in clients:
                 case = _find(pub, client, **m)
@@ -348,7 +435,7 @@ def _publish_tables(cases: list[Record]) -> list[str]:
                 else:
                     errs = case["result"].get("errors") or 0
                     cells.append(_num(case["result"]["rate"]) + (f" ({errs} err)" if errs else ""))
-            out.append(f"| {key[1]} | {key[2]} part, RF {key[3]} | " + " | ".join(cells) + " |")
+            out.append(f"| {key[1]} | {_label(key)} | " + " | ".join(cells) + " |")
         out += [
             "",
             f"Ratios, {_size(size)}: ours / the ceiling (bare) and ours / each peer"
@@ -361,14 +448,14 @@ def _publish_tables(cases: list[Record]) -> list[str]:
             "|---|---|" + "---:|" * (len(peers) + (1 if uv else 0)),
         ]
         for key in keys:
-            m = {"size": key[0], "ack": key[1], "partitions": key[2], "replication": key[3]}
+            m = _m(key)
             ours = _rate(pub, plan.OURS, **m)
             cells = [_x(_ratio(ours, _rate(pub, p, **m))) for p in peers]
             if uv:
                 cells.append(
                     _x(_ratio(_rate(pub, plan.OURS_UVLOOP, **m), _rate(pub, plan.BARE_UVLOOP, **m)))
                 )
-            out.append(f"| {key[1]} | {key[2]} part, RF {key[3]} | " + " | ".join(cells) + " |")
+            out.append(f"| {key[1]} | {_label(key)} | " + " | ".join(cells) + " |")
     return out
 
 
@@ -385,23 +472,26 @@ def _cpu_table(cases: list[Record]) -> list[str]:
         "Encode + publish + ack match, all threads of the client process (gRPC peers "
         "include their gRPC threads; the Go peer all goroutines).",
         "",
-        "| size | ack | " + " | ".join(clients) + " |",
-        "|---|---|" + "---:|" * len(clients),
+        "| size | ack | messages | " + " | ".join(clients) + " |",
+        "|---|---|---|" + "---:|" * len(clients),
     ]
     keys = sorted(
         {
-            (c["size"], c["ack"])
+            (c["size"], c["ack"], c.get("keyed", False))
             for c in rows
             if c["section"] == "publish" and c["client"] != plan.RAW
         }
     )
-    for size, ack in keys:
+    for size, ack, keyed in keys:
         cells = []
         for client in clients:
-            match = {"size": size} if client == plan.RAW else {"size": size, "ack": ack}
+            match: dict[str, Any] = (
+                {"size": size} if client == plan.RAW else {"size": size, "ack": ack, "keyed": keyed}
+            )
             case = _find([c for c in rows if c["section"] == "publish"], client, **match)
             cells.append(_num(case["result"]["cpu_us_per_msg"], 1) if case else "")
-        out.append(f"| {_size(size)} | {ack} | " + " | ".join(cells) + " |")
+        kind = "key+headers" if keyed else "plain"
+        out.append(f"| {_size(size)} | {ack} | {kind} | " + " | ".join(cells) + " |")
     return out
 
 
@@ -702,7 +792,9 @@ def _method() -> list[str]:
         "scheduled time to the moment its ack is seen (ours: the future's callback; "
         "bare: the subscription callback). Each round starts with a warm-up at the same "
         "rate that is not recorded.",
-        "- Ratios are ours / peer on the same configuration of the same run.",
+        "- Ratios are ours / peer on the same configuration of the same run. "
+        "key+headers rows put the same key and one header on every message, for every "
+        "client (the Go peer with `lift.Key` and `lift.Header`).",
     ]
 
 
@@ -733,7 +825,10 @@ def markdown(record: Record, chart_name: str = "results.png") -> str:
     lines += [
         "Clients: **ours** = `Publisher.publish_nowait` then `flush`, "
         + _ours_settings(record["meta"])
-        + "; **bare** = "
+        + "; **ours burst 20k** = 20,000 `await publish()` calls started at once and "
+        "gathered, burst after burst; **ours 100 tasks / 1000 tasks** = that many tasks, each "
+        "looping on `await publish()` (the services' pattern), with the same Publisher "
+        "settings; **bare** = "
         "pre-encoded envelopes published with nats-py, acks only counted by a subscription "
         "callback (the ceiling the server and nats-py allow); **go PublishAsync / Publish** = "
         "go-liftbridge (gRPC); **gufo publish_bulk / publish** = gufo-liftbridge (gRPC); "

@@ -19,7 +19,7 @@ from typing import Any
 
 from bench import machine, plan
 from bench.cluster import Streams, running_cluster
-from bench.measure import percentiles
+from bench.measure import HEADER_NAME, HEADER_VALUE, KEY, percentiles
 from bench.plan import Case
 from bench.settings import REPO_DIR, Settings
 
@@ -27,6 +27,9 @@ from bench.settings import REPO_DIR, Settings
 _PY_ACTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("publish", plan.OURS): ("ours", "publish"),
     ("publish", plan.OURS_UVLOOP): ("ours", "publish"),
+    ("publish", plan.OURS_BURST): ("ours", "burst"),
+    ("publish", plan.OURS_TASKS_100): ("ours", "tasks"),
+    ("publish", plan.OURS_TASKS_1000): ("ours", "tasks"),
     ("publish", plan.BARE): ("bare", "publish"),
     ("publish", plan.BARE_UVLOOP): ("bare", "publish"),
     ("publish", plan.RAW): ("bare", "raw"),
@@ -149,6 +152,8 @@ class Runner:
             "-window", str(self.window),
             "-timeout", f"{int(self._timeout(case))}s",
         ]  # fmt: skip
+        if case.keyed:
+            cmd += ["-key", KEY.decode(), "-header", f"{HEADER_NAME}={HEADER_VALUE.decode()}"]
         return await self._exec(cmd, self._timeout(case) + 10)
 
     async def _exec(self, cmd: list[str], limit: float) -> dict[str, Any]:
@@ -402,7 +407,10 @@ class Runner:
             "partitions": case.topology.partitions,
             "count": case.count,
             "warmup": 0 if case.section in ("subscribe", "fanout") else self.settings.warmup,
+            "keyed": case.keyed,
         }
+        if case.client in (plan.OURS_TASKS_100, plan.OURS_TASKS_1000):
+            spec["tasks"] = 100 if case.client == plan.OURS_TASKS_100 else 1000
         created = ""
         try:
             if case.section == "subscribe":
@@ -490,6 +498,7 @@ async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> di
                     "ack": case.ack,
                     "partitions": case.topology.partitions,
                     "replication": case.topology.replication,
+                    "keyed": case.keyed,
                     "rate": case.rate,
                     "count": case.count,
                     "result": result,
@@ -512,6 +521,8 @@ async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> di
                 "policies": list(settings.policies),
                 "topologies": [t.label for t in settings.topologies],
                 "sequential_topologies": [t.label for t in settings.sequential_topologies],
+                "services_topologies": [t.label for t in settings.services_topologies],
+                "keyed_sizes": list(settings.keyed_sizes),
                 "latency_rates": list(settings.latency_rates),
                 "latency_seconds": settings.latency_seconds,
                 "latency_rounds": settings.latency_rounds,

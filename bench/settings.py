@@ -37,6 +37,10 @@ class Settings:
     # same count on every topology they would take most of the run, so they are measured
     # (with the same count) on these topologies only.
     sequential_topologies: tuple[Topology, ...]
+    # The services' pattern (burst of publish() calls, tasks looping on publish()) and the
+    # key+headers cases run on these topologies, the key+headers ones for these sizes.
+    services_topologies: tuple[Topology, ...]
+    keyed_sizes: tuple[int, ...]
     latency_rates: tuple[int, ...]
     latency_seconds: float
     latency_warmup_seconds: float
@@ -81,6 +85,8 @@ class Settings:
             policies=("LEADER", "ALL"),
             topologies=(single, Topology(3, 1), Topology(1, 3), Topology(3, 3)),
             sequential_topologies=(single,),
+            services_topologies=(single,),
+            keyed_sizes=(100,),
             latency_rates=(1_000, 10_000),
             latency_seconds=10.0,
             latency_warmup_seconds=0.5,
@@ -110,6 +116,8 @@ class Settings:
             policies=("LEADER",),
             topologies=(single,),
             sequential_topologies=(single,),
+            services_topologies=(single,),
+            keyed_sizes=(100,),
             latency_rates=(1_000,),
             latency_seconds=1.0,
             latency_warmup_seconds=0.2,

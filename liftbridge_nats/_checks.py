@@ -17,6 +17,7 @@ from .messages import AckPolicy
 
 __all__ = [
     "check_correlation_id",
+    "check_headers",
     "check_message",
     "check_publisher_args",
     "check_subject",
@@ -48,10 +49,15 @@ _NATS_CLIENT_METHODS = ("publish", "subscribe", "new_inbox", "flush")
 _CONTROL_CLIENT_METHODS = ("stream_info", "resume_stream")
 
 
-def check_publisher_args(nc: Any, client: Any, ack_timeout: Any, retry_deadline: Any) -> None:
+def check_publisher_args(
+    nc: Any, client: Any, ack_timeout: Any, retry_deadline: Any, *, nc_is_transport: bool = False
+) -> None:
     """Raise ``TypeError`` naming the argument when a Publisher gets the wrong kind of
-    object (value ranges are checked by the Publisher itself)."""
-    if any(not callable(getattr(nc, name, None)) for name in _NATS_CLIENT_METHODS):
+    object (value ranges are checked by the Publisher itself). ``nc_is_transport``: ``nc``
+    is a publish transport (tests), not a nats-py client."""
+    if not nc_is_transport and any(
+        not callable(getattr(nc, name, None)) for name in _NATS_CLIENT_METHODS
+    ):
         raise TypeError(
             "nc must be a connected nats-py client (`nc = await nats.connect(url)`), got "
             f"{type(nc).__name__}"
@@ -87,15 +93,7 @@ def check_message(
     if key is not None and not isinstance(key, bytes | bytearray):
         raise TypeError(f"key must be bytes or None, got {type(key).__name__}")
     if headers is not None:
-        if not isinstance(headers, Mapping):
-            raise InvalidArgumentError(
-                f"headers must be a mapping of str to bytes, got {type(headers).__name__}"
-            )
-        for name, data in headers.items():
-            if not isinstance(name, str) or not name or not isinstance(data, bytes):
-                raise InvalidArgumentError(
-                    f"header {name!r}: names must be non-empty str and values bytes"
-                )
+        check_headers(headers)
     if not isinstance(ack_policy, AckPolicy):
         raise InvalidArgumentError(f"ack_policy must be an AckPolicy, got {ack_policy!r}")
     if expected_offset is not None and (
@@ -112,6 +110,19 @@ def check_message(
         raise InvalidArgumentError(f"timeout must be > 0 seconds, got {timeout!r}")
     checked: bytes = value
     return checked
+
+
+def check_headers(headers: Any) -> None:
+    """Raise unless ``headers`` is a mapping of non-empty str to bytes."""
+    if not isinstance(headers, Mapping):
+        raise InvalidArgumentError(
+            f"headers must be a mapping of str to bytes, got {type(headers).__name__}"
+        )
+    for name, data in headers.items():
+        if not isinstance(name, str) or not name or not isinstance(data, bytes):
+            raise InvalidArgumentError(
+                f"header {name!r}: names must be non-empty str and values bytes"
+            )
 
 
 def check_correlation_id(correlation_id: Any) -> str:

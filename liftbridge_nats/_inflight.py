@@ -20,11 +20,12 @@ re-send it unchanged (same correlation id) after a reconnect or a timeout.
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Callable, Coroutine, Generator, Mapping, Sized
+from typing import Any, Final
 
 from .errors import PublisherClosedError
 from .messages import Ack
@@ -41,13 +42,76 @@ __all__ = [
     "AckFuture",
     "Flight",
     "InflightLedger",
+    "PublishCall",
+    "future_factory",
 ]
 
-AckFuture = asyncio.Future[Ack | None]
+
+class AckFuture(asyncio.Future[Ack | None]):
+    """The future of one message's ack. Cancelling it forgets the message (``forget``
+    is a class attribute of the publisher's own subclass, see :func:`future_factory`)."""
+
+    __slots__ = ("cid",)
+
+    cid: str
+    forget: Callable[[str, AckFuture], None] | None = None
+
+    def cancel(self, msg: Any = None) -> bool:
+        """Cancel the wait for the ack; the message is forgotten (it may be stored)."""
+        forget = self.forget
+        if forget is not None and not self.done():
+            try:
+                cid = self.cid
+            except AttributeError:
+                pass
+            else:
+                forget(cid, self)
+        return super().cancel(msg)
+
+
+class PublishCall(AckFuture, Coroutine[Any, Any, Ack | None]):
+    """The ack future that :meth:`Publisher.publish` returns: also a coroutine.
+
+    When the message went out at once, ``publish`` returns this future as it is, so
+    that ``await``, ``asyncio.gather`` and ``asyncio.wait_for`` take it without a task
+    or a coroutine frame per message, while ``asyncio.create_task`` (which wants a
+    coroutine) still accepts it and drives it as one.
+    """
+
+    __slots__ = ("_steps",)
+
+    _steps: Generator[Any, None, Ack | None]
+
+    def send(self, value: None) -> Any:
+        """One step of ``await future``."""
+        return self._iterate().send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        """Throw into ``await future``."""
+        return self._iterate().throw(typ if val is None else val)
+
+    def _iterate(self) -> Generator[Any, None, Ack | None]:
+        try:
+            return self._steps
+        except AttributeError:
+            self._steps = self.__await__()
+            return self._steps
+
+
+def future_factory(
+    loop: asyncio.AbstractEventLoop, forget: Callable[[str, AckFuture], None], *, call: bool
+) -> Callable[[], AckFuture]:
+    """A maker of ack futures (``call``: of :class:`PublishCall`) on ``loop``, whose
+    cancellation calls ``forget``."""
+    base = PublishCall if call else AckFuture
+    cls = type(base.__name__, (base,), {"__slots__": (), "forget": forget})
+    return functools.partial(cls, loop=loop)
+
+
 # A flight is a plain tuple, the cheapest record Python builds:
 # (future, correlation id, subject, encoded envelope, loop-time deadline of this attempt,
-#  NATS reply subject ("" for none), loop-time deadline of the whole publish, attempt no.)
-Flight = tuple[AckFuture, str, str, bytes, float, str, float, int]
+#  NATS reply subject (b"" for none), loop-time deadline of the whole publish, attempt no.)
+Flight = tuple[AckFuture, str, str, bytes, float, bytes, float, int]
 FUTURE: Final = 0
 CID: Final = 1
 SUBJECT: Final = 2
@@ -126,6 +190,11 @@ class InflightLedger:
     def full(self) -> bool:
         """True when a new flight must wait for room."""
         return len(self._entries) >= self._capacity
+
+    def live_views(self) -> tuple[Mapping[str, Flight], Sized]:
+        """The flights by correlation id and the callers waiting for room, as live
+        objects (never replaced): a hot path can test ``must_wait`` without a call."""
+        return self._entries, self._waiters
 
     def must_wait(self) -> bool:
         """True when a new flight must wait for room (full, or others wait already)."""

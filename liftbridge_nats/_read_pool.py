@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 __all__ = ["SUBSCRIBE_PATH", "ReadPool"]
 
 SUBSCRIBE_PATH = "/proto.API/Subscribe"
+# How long closing waits for a connection's transport to go (a TLS close exchanges
+# close_notify with the broker) before it aborts the transport.
+_CLOSE_WAIT = 1.0
 
 
 class _Call(CallHandle):
@@ -65,6 +68,9 @@ class _Connection(asyncio.Protocol):
         self._pending: list[tuple[StreamReader, str, bytes]] = []
         self._connecting: asyncio.Task[None] | None = None
         self._broken = False
+        # Set when the transport is gone: a TLS transport told to close still exchanges
+        # close_notify, and one left to the garbage collector warns of an unclosed socket.
+        self._lost: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------------ state
 
@@ -128,6 +134,8 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        self._lost = asyncio.get_running_loop().create_future()
+        self._pool.live.add(self)
         self.h2.initiate()
         self.flush()
 
@@ -144,6 +152,9 @@ class _Connection(asyncio.Protocol):
         return False  # close the transport
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._pool.live.discard(self)
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
         self._broken = True
         self._pool.forget(self)
         detail = f"the broker closed the connection ({exc})" if exc else "Socket closed"
@@ -181,6 +192,21 @@ class _Connection(asyncio.Protocol):
         self.flush()
         if self._transport is not None:
             self._transport.close()
+
+    async def wait_lost(self, timeout: float) -> None:
+        """Wait until the transport is gone, aborting it after ``timeout`` seconds."""
+        lost = self._lost
+        if lost is None or lost.done():
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(lost)
+            return
+        if self._transport is not None:
+            self._transport.abort()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(lost)
 
     async def stop_connecting(self) -> None:
         """Give up a connection attempt in progress (for closing) and wait for it."""
@@ -223,6 +249,8 @@ class ReadPool:
         self._everything: set[_Connection] = set()
         self._readers: set[StreamReader] = set()
         self._closed = False
+        self.live: set[_Connection] = set()
+        """Connections whose transport is not gone yet (open, or closing)."""
 
     @property
     def open_calls(self) -> int:
@@ -287,3 +315,7 @@ class ReadPool:
         for conn in conns:
             await conn.stop_connecting()
             conn.close()
+        # Also the connections that went away earlier (GOAWAY, errors) and still close.
+        closing = list(self.live)
+        if closing:
+            await asyncio.gather(*(conn.wait_lost(_CLOSE_WAIT) for conn in closing))

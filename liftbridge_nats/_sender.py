@@ -1,8 +1,9 @@
 """The publisher's sender: the one background task, for messages that cannot go at once.
 
-Most messages go straight from the caller to nats-py's outgoing buffer. The others
-wait here, in order, in a bounded outbox: messages published while NATS is disconnected
-(nats-py's own reconnect buffer is small and fails when full), and messages sent again
+Most messages go straight from the caller to the transport (nats-py's outgoing buffer
+on the fast path). The others wait here, in order, in a bounded outbox: messages
+published while NATS is disconnected (nats-py's own reconnect buffer is small and fails
+when full), and messages sent again
 (``retry=True``, or after a no-responders report). The sender task sends them when the
 connection is up, skipping those that expired or were settled meanwhile. Everything a
 message needs to be sent again is in its flight (the encoded bytes, subject, reply
@@ -15,62 +16,16 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Callable
-from typing import Any
-
-from nats import errors as nats_errors
 
 from ._inflight import ATTEMPT, CID, DATA, FINAL, FUTURE, REPLY, SUBJECT, Flight, InflightLedger
-from .errors import (
-    InvalidArgumentError,
-    LiftbridgeError,
-    MessageTooLargeError,
-    NotConnectedError,
-    PublisherClosedError,
-    PublishError,
-)
+from ._transport import PublishTransport
+from .errors import LiftbridgeError, NotConnectedError, PublisherClosedError
 
-__all__ = ["Sender", "send_error", "too_large_error"]
+__all__ = ["Sender"]
 
 # While NATS is disconnected the sender polls for the reconnect (nats-py's reconnected
 # callback belongs to the application that created the client).
 _RECONNECT_POLL = 0.02
-
-
-def too_large_error(subject: str, cid: str, size: int, max_payload: int) -> MessageTooLargeError:
-    """The error for a message larger than the NATS connection accepts (nothing sent)."""
-    what = f"is {size} bytes with its envelope, more" if size >= 0 else "is larger"
-    return MessageTooLargeError(
-        f"the message for {subject!r} {what} than the NATS connection's max_payload "
-        f"({max_payload} bytes); nothing was sent. Send a smaller message or raise "
-        "max_payload on the NATS server (and clustering.replication.max.bytes on Liftbridge).",
-        subject=subject,
-        correlation_id=cid,
-    )
-
-
-def send_error(exc: BaseException, subject: str, cid: str, max_payload: int) -> LiftbridgeError:
-    """Translate what ``nc.publish`` raised into the SDK's error family."""
-    if isinstance(exc, LiftbridgeError):
-        return exc
-    if isinstance(exc, nats_errors.MaxPayloadError):
-        return too_large_error(subject, cid, -1, max_payload)
-    if isinstance(exc, nats_errors.BadSubjectError):
-        return InvalidArgumentError(f"NATS refused the subject {subject!r}")
-    if isinstance(exc, nats_errors.ConnectionClosedError | nats_errors.ConnectionDrainingError):
-        return NotConnectedError(
-            "the NATS connection is closed or draining; nothing was sent. Connect a new "
-            "client and create a new Publisher."
-        )
-    if isinstance(exc, nats_errors.OutboundBufferLimitError):
-        return NotConnectedError(
-            "NATS is disconnected and its outgoing buffer is full; nothing was sent. "
-            "Publish again once NATS is back."
-        )
-    return PublishError(
-        f"NATS could not send the message for {subject!r}: {exc!r}",
-        subject=subject,
-        correlation_id=cid,
-    )
 
 
 class Sender:
@@ -82,14 +37,14 @@ class Sender:
 
     def __init__(
         self,
-        nc: Any,
+        transport: PublishTransport,
         ledger: InflightLedger,
         loop: asyncio.AbstractEventLoop,
         *,
         max_buffered_bytes: int,
         is_open: Callable[[], bool],
     ) -> None:
-        self._nc = nc
+        self._transport = transport
         self._ledger = ledger
         self._loop = loop
         self._max_bytes = max_buffered_bytes
@@ -137,28 +92,40 @@ class Sender:
     # ------------------------------------------------------------------ sending
 
     async def send(self, flight: Flight) -> None:
-        """Send now through the public ``nc.publish``, or keep it while disconnected.
+        """Send or keep a flight the caller could not hand to the transport's fast path.
 
-        Raises the SDK error (the flight is then out of the ledger) when the message
-        cannot be sent at all.
+        With the fast path off (and nothing waiting before it), the flight goes through
+        the transport's public path at once. Otherwise it is kept in order (NATS is
+        disconnected, or its buffer is full) for the sender task, waiting while the
+        outbox is full. Raises the SDK error (the flight is then out of the ledger)
+        when the message cannot be sent at all.
         """
-        nc = self._nc
-        if self.outbox or not nc.is_connected:
-            if nc.is_closed:
+        transport = self._transport
+        if not self.outbox and transport.connected and not transport.fast_path:
+            try:
+                if await transport.send(flight[SUBJECT], flight[REPLY], flight[DATA], flight[CID]):
+                    return
+            except LiftbridgeError:
                 self._forget(flight)
-                raise send_error(
-                    nats_errors.ConnectionClosedError(),
-                    flight[SUBJECT],
-                    flight[CID],
-                    nc.max_payload,
-                )
-            await self._keep(flight)
-            return
-        try:
-            await nc.publish(flight[SUBJECT], flight[DATA], flight[REPLY])
-        except Exception as exc:
+                raise
+        if transport.closed:
             self._forget(flight)
-            raise send_error(exc, flight[SUBJECT], flight[CID], nc.max_payload) from exc
+            raise NotConnectedError(
+                "the NATS connection is closed; nothing was sent. Connect a new client "
+                "and create a new Publisher."
+            )
+        await self._keep(flight)
+
+    def defer(self, flight: Flight) -> bool:
+        """Keep a flight the fast path could not take now (NATS's buffer is full or NATS
+        is disconnected), without waiting; False when the outbox has no room for it."""
+        size = len(flight[DATA])
+        if (self.outbox and self._bytes + size > self._max_bytes) or self._transport.closed:
+            return False
+        self.outbox.append(flight)
+        self._bytes += size
+        self._wakeup.set()
+        return True
 
     def resend(self, flight: Flight) -> None:
         """Queue a flight (already back in the ledger) to be sent again."""
@@ -207,17 +174,21 @@ class Sender:
         self._ledger.discard(flight[CID], flight[FUTURE])
 
     async def _run(self) -> None:
-        nc = self._nc
+        transport = self._transport
+        fast = bool(transport.fast_path)
         outbox = self.outbox
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
             while outbox:
-                if nc.is_closed:
+                if transport.closed:
                     self._fail_all()
                     break
-                if not nc.is_connected:
+                if not transport.connected:
                     await asyncio.sleep(_RECONNECT_POLL)
+                    continue
+                if fast:
+                    await self._write_out()
                     continue
                 flight = outbox.popleft()
                 self._bytes -= len(flight[DATA])
@@ -225,22 +196,56 @@ class Sender:
                 if not self.is_live(flight):
                     continue
                 try:
-                    await nc.publish(flight[SUBJECT], flight[DATA], flight[REPLY])
-                except nats_errors.OutboundBufferLimitError:
+                    sent = await transport.send(
+                        flight[SUBJECT], flight[REPLY], flight[DATA], flight[CID]
+                    )
+                except LiftbridgeError as exc:
+                    self._forget(flight)
+                    future = flight[FUTURE]
+                    if not future.done():
+                        future.set_exception(exc)
+                    continue
+                if sent:
+                    self._sent(flight)
+                else:
                     # Disconnected between the check and the send: keep it, in order.
                     outbox.appendleft(flight)
                     self._bytes += len(flight[DATA])
                     await asyncio.sleep(_RECONNECT_POLL)
-                except Exception as exc:
-                    self._forget(flight)
-                    future = flight[FUTURE]
-                    if not future.done():
-                        future.set_exception(
-                            send_error(exc, flight[SUBJECT], flight[CID], nc.max_payload)
-                        )
-                else:
-                    if flight[ATTEMPT] < 0 and not flight[FUTURE].done():
-                        flight[FUTURE].set_result(None)  # AckPolicy.NONE: sent is done
+
+    async def _write_out(self) -> None:
+        """Hand the outbox to the transport's fast path, in order, as far as it takes
+        it; then wait for its buffer (or the connection) if something is left."""
+        outbox = self.outbox
+        write = self._transport.write
+        live = self._ledger.get
+        written = 0
+        while outbox:
+            flight = outbox[0]
+            future = flight[FUTURE]
+            if future.done() or (flight[ATTEMPT] >= 0 and live(flight[CID]) is not flight):
+                outbox.popleft()  # settled, expired or cancelled while it waited
+                written += len(flight[DATA])
+                continue
+            if not write(flight[SUBJECT], flight[REPLY], flight[DATA]):
+                break
+            outbox.popleft()
+            written += len(flight[DATA])
+            if flight[ATTEMPT] < 0:
+                future.set_result(None)  # AckPolicy.NONE: sent is done
+        self._bytes -= written
+        self._room.set()
+        if outbox:
+            # The buffer is full (or the connection just went): wait, in order.
+            if self._transport.congested:
+                await self._transport.wait_writable()
+            else:
+                await asyncio.sleep(_RECONNECT_POLL)
+
+    @staticmethod
+    def _sent(flight: Flight) -> None:
+        if flight[ATTEMPT] < 0 and not flight[FUTURE].done():
+            flight[FUTURE].set_result(None)  # AckPolicy.NONE: sent is done
 
     def _fail_all(self) -> None:
         while self.outbox:

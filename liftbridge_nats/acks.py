@@ -23,17 +23,15 @@ settles the future and the later ones are counted as unmatched.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from ._directacks import DirectAcks
 from ._inflight import ATTEMPT, FUTURE, SUBJECT, Flight, InflightLedger
 from ._proto import api_pb2
+from ._transport import InboxSubscription, NatsTransport, PublishTransport
 from .envelope import MsgType, decode, header
 from .errors import (
     EncryptionError,
@@ -46,7 +44,7 @@ from .errors import (
     RetriedIncorrectOffsetError,
 )
 from .messages import AckError
-from .wire import ack_from_proto
+from .wire import ack_view
 
 __all__ = [
     "AckListener",
@@ -58,8 +56,7 @@ __all__ = [
 # The server sends acks without a CRC, so nearly every ack starts with these 8 bytes.
 _PLAIN_ACK_HEADER = header(MsgType.ACK)
 _HEADER_LEN = len(_PLAIN_ACK_HEADER)
-_PbAck = api_pb2.Ack
-_FRESH_PB_EVERY = 4095  # a mask: a fresh protobuf Ack every 4096 parses
+_parse_ack = api_pb2.Ack.FromString
 
 
 def ack_error_exception(
@@ -121,7 +118,6 @@ def no_responders_exception(subject: str, correlation_id: str) -> NoRespondersEr
     )
 
 
-_STATUS = "Status"
 _NO_RESPONDERS = "503"
 
 
@@ -147,39 +143,37 @@ class AckStats:
 class AckListener:
     """Subscribes to one inbox and settles the ledger's flights as acks arrive.
 
-    Use as ``async with AckListener(nc, ledger) as listener`` (the :class:`Publisher`
-    does this for you). :attr:`inbox` is the ack inbox to put in published messages and
-    :meth:`reply_subject` the NATS reply subject that makes NATS report a message nobody
-    received. ``on_no_responders(flight)`` receives such a message's flight (already
-    out of the ledger); without it the flight fails with :class:`NoRespondersError`.
+    Use as ``async with AckListener(transport, ledger) as listener`` (the
+    :class:`Publisher` does this for you); ``transport`` is a
+    :class:`~liftbridge_nats._transport.PublishTransport` or a connected nats-py client.
+    :attr:`inbox` is the ack inbox to put in published messages and
+    :attr:`reply_prefix` + a correlation id the NATS reply subject that makes NATS
+    report a message nobody received. ``on_no_responders(flight)`` receives such a
+    message's flight (already out of the ledger); without it the flight fails with
+    :class:`NoRespondersError`.
 
-    ``direct``: acks go from nats-py's parser straight to :meth:`handle`, skipping the
-    subscription's message objects, queue and task (see :mod:`._directacks`); status
+    On the fast path acks go from nats-py's parser straight to :meth:`handle`, without
+    the subscription's message objects, queue and task (:attr:`direct`); status
     messages still come through the subscription.
     """
 
     def __init__(
         self,
-        nc: Any,
+        transport: Any,
         ledger: InflightLedger,
         *,
         inbox_prefix: str | None = None,
         on_no_responders: Callable[[Flight], None] | None = None,
-        direct: bool = True,
     ) -> None:
-        self._nc = nc
-        self._direct = direct
-        self._direct_acks = DirectAcks(nc)
+        if not isinstance(transport, PublishTransport):
+            transport = NatsTransport(transport)
+        self._transport: PublishTransport = transport
         self._ledger = ledger
-        self._prefix: str = inbox_prefix or nc.new_inbox()
+        self._prefix: str = inbox_prefix or transport.new_inbox()
         self._reply_prefix = self._prefix + "."
         self._inbox = self._reply_prefix + "ack"
         self._on_no_responders = on_no_responders or _fail_no_responders
-        self._sub: Any = None
-        # One protobuf Ack, parsed into again for every ack (its fields are copied out
-        # into the public Ack before the next message arrives), replaced now and then.
-        self._pb = _PbAck()
-        self._parses = 0
+        self._sub: InboxSubscription | None = None
         self._matched = 0
         self._rejected = 0
         self._unmatched = 0
@@ -199,8 +193,8 @@ class AckListener:
 
     @property
     def direct(self) -> bool:
-        """True while acks bypass the subscription's queue (see ``direct``)."""
-        return self._direct_acks.attached
+        """True while acks bypass the subscription's queue (the fast path)."""
+        return self._sub is not None and self._sub.direct
 
     @property
     def stats(self) -> AckStats:
@@ -221,41 +215,15 @@ class AckListener:
         # The subscription's queue only ever holds acks for flights in the ledger (plus
         # strays), so bound it by the ledger's capacity, with room for duplicates.
         limit = max(4 * self._ledger.capacity, 65_536)
-        subscribing = asyncio.ensure_future(
-            self._nc.subscribe(
-                self._prefix + ".*",
-                cb=self._on_message,
-                pending_msgs_limit=limit,
-                pending_bytes_limit=0,
-            )
+        self._sub = await self._transport.subscribe(
+            self._prefix + ".*", self.handle, self.handle_status, pending_limit=limit
         )
-        try:
-            self._sub = await asyncio.shield(subscribing)
-        except asyncio.CancelledError:
-            # nats-py registers the subscription (and starts its task) part-way through
-            # subscribe(); let it finish so that stop() can undo it, then give up.
-            with contextlib.suppress(Exception):
-                self._sub = await subscribing
-            raise
-        if self._direct:
-            self._direct_acks.attach(getattr(self._sub, "_id", None), self.handle)  # type: ignore[arg-type]
-        # Make sure the server knows the subscription before any message can be acked.
-        # Shielded: cancelling nc.flush() leaves a cancelled future in nats-py's PONG
-        # queue, and nats-py 2.x then fails in its read loop when the PONG arrives.
-        flush = asyncio.ensure_future(self._nc.flush())
-        flush.add_done_callback(_consume_result)
-        await asyncio.shield(flush)
 
     async def stop(self) -> None:
-        """Unsubscribe and stop the subscription's task (idempotent)."""
+        """Unsubscribe (idempotent)."""
         sub, self._sub = self._sub, None
-        if sub is None:
-            return
-        self._direct_acks.detach()
-        # A closed or draining connection already dropped the subscription; the call
-        # still stops its delivery task.
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
+        if sub is not None:
+            await sub.close()
 
     async def __aenter__(self) -> AckListener:
         await self.start()
@@ -263,13 +231,6 @@ class AckListener:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
-
-    async def _on_message(self, msg: Any) -> None:
-        headers = msg.headers
-        if headers is not None and _STATUS in headers:
-            self.handle_status(msg.subject, headers[_STATUS])
-            return
-        self.handle(msg.data)
 
     def handle_status(self, subject: str, status: str) -> None:
         """Process a NATS status message that arrived on ``subject``."""
@@ -299,14 +260,10 @@ class AckListener:
             if unwrapped is None:
                 return
             payload = unwrapped
-        self._parses += 1
-        if not self._parses & _FRESH_PB_EVERY:
-            # upb never shrinks a message's arena: a protobuf message parsed into again
-            # and again grows by the size of its strings every time.
-            self._pb = _PbAck()
-        pb = self._pb
         try:
-            pb.ParseFromString(payload)  # type: ignore[arg-type]  # any buffer works
+            # A fresh protobuf per ack (upb parses into a new message faster than into
+            # a reused one): it stays with the Ack, whose fields it fills when read.
+            pb = _parse_ack(payload)  # type: ignore[arg-type]  # any buffer works
         except DecodeError:
             self._malformed += 1
             return
@@ -322,8 +279,7 @@ class AckListener:
             self._settle_error(future, pb, flight)
         else:
             self._matched += 1
-            # The ack came to our inbox for this correlation id: both are known.
-            future.set_result(ack_from_proto(pb, correlation_id=cid, ack_inbox=self._inbox))
+            future.set_result(ack_view(pb))
 
     def _unwrap(self, data: bytes) -> memoryview | None:
         """The Ack payload of an envelope with a CRC or an unusual header; None (and
@@ -350,13 +306,6 @@ class AckListener:
                 retried=flight[ATTEMPT] > 0,
             )
         )
-
-
-def _consume_result(task: asyncio.Future[Any]) -> None:
-    """Retrieve a background flush's outcome, so that a failure after its caller was
-    cancelled is not reported as "exception was never retrieved"."""
-    if not task.cancelled():
-        task.exception()
 
 
 def _fail_no_responders(flight: Flight) -> None:

@@ -11,11 +11,19 @@ How it fits together (the split follows aiokafka's producer): this module is the
 face; :mod:`._inflight` is the ledger of messages waiting for their ack (deadlines,
 backpressure); :mod:`.acks` is the one subscription that receives acks; :mod:`._sender`
 is the one background task, for messages that cannot go at once (NATS disconnected,
-re-sends); :mod:`._encoder` builds the envelopes and :mod:`._natswriter` hands them to
-nats-py; :mod:`._checks` checks arguments. The hot path of ``publish_nowait`` is one
-envelope formatting call, one future, one tuple, one dict entry and one append to
-nats-py's outgoing buffer: no timer, no task and no ``wait_for`` per message (one
-``loop.call_at`` timer serves every deadline).
+re-sends); :class:`~liftbridge_nats.wire.PublishEncoder` builds the envelopes;
+:mod:`._checks` checks arguments. All of them reach NATS through one seam, a
+:class:`~liftbridge_nats._transport.PublishTransport` (as httpx's client reaches the
+network): over nats-py in production (its private parts confined to
+:mod:`._natscompat`), in memory in unit tests. A started publisher holds them in one
+session object, built whole by :meth:`Publisher.start`. The hot path of
+``publish_nowait`` is one envelope formatting call, one future, one tuple, one dict
+entry and one append to nats-py's outgoing buffer: no timer, no task and no
+``wait_for`` per message (one ``loop.call_at`` timer serves every deadline). When that
+buffer is over nats-py's pending limit, messages wait in order in the sender's bounded
+outbox, and the sender hands them to the same fast path as nats-py's flusher catches up.
+``publish`` returns the ack's future itself (a :class:`~._inflight.PublishCall`) when
+the message went out at once, and the ack is read from its protobuf lazily.
 
 Acks: Liftbridge acks a message on the inbox it carries; the first ack of a correlation
 id settles its future. When several streams record the same subject each of them acks:
@@ -52,18 +60,18 @@ import itertools
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sized
 from dataclasses import dataclass
 from typing import Any
 
 from ._checks import (
     check_correlation_id,
+    check_headers,
     check_message,
     check_publisher_args,
     check_subject,
     is_subject_token,
 )
-from ._encoder import PublishEncoder
 from ._inflight import (
     ATTEMPT,
     CID,
@@ -75,10 +83,11 @@ from ._inflight import (
     AckFuture,
     Flight,
     InflightLedger,
+    future_factory,
 )
-from ._natswriter import NatsWriter
-from ._sender import Sender, too_large_error
-from .acks import AckListener, no_responders_exception
+from ._sender import Sender
+from ._transport import FastPath, NatsTransport, PublishTransport, log_choice, too_large_error
+from .acks import AckListener, AckStats, no_responders_exception
 from .errors import (
     AckTimeoutError,
     InvalidArgumentError,
@@ -90,8 +99,9 @@ from .errors import (
 )
 from .messages import Ack, AckPolicy
 from .partitioning import PartitionerLike, choose_partition, partition_subject
+from .wire import PublishEncoder, header_fields
 
-__all__ = ["PublishRecord", "Publisher", "PublisherStats"]
+__all__ = ["FastPath", "PublishRecord", "Publisher", "PublisherStats"]
 
 DEFAULT_MAX_INFLIGHT = 16_384
 DEFAULT_MAX_BUFFERED_BYTES = 32 * 1024 * 1024
@@ -109,8 +119,10 @@ _NO_ACK = AckPolicy.NONE
 # 151-153k msg/s, every 1024 131k, every 32 134k, never 134k (6.9 instead of 6.0 µs
 # of CPU per message).
 _YIELD_MASK = 255
-# Valid subjects are remembered (up to this many) so each is checked once.
+# Valid subjects are remembered (up to this many) so each is checked once; so are the
+# checked and encoded headers of the key+headers path.
 _SUBJECT_CACHE_LIMIT = 4096
+_HEADERS_CACHE_LIMIT = 1024
 # Resend back-off after a no-responders report (retry=True): 25 ms doubling to 500 ms.
 _BACKOFF_FIRST = 0.025
 _BACKOFF_MAX = 0.5
@@ -135,6 +147,38 @@ def _not_sent_error(flight: Flight) -> PublisherClosedError:
         subject=flight[SUBJECT],
         correlation_id=flight[CID],
     )
+
+
+async def _wait_settled(futures: list[AckFuture], timeout: float | None) -> int:
+    """Wait until every future is done or ``timeout`` passed; return how many are not.
+
+    (``asyncio.wait`` refuses the futures :meth:`Publisher.publish` returns: they are
+    coroutines too.)
+    """
+    pending = [f for f in futures if not f.done()]
+    if not pending:
+        return 0
+    all_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    left = len(pending)
+
+    def one_done(_: object) -> None:
+        nonlocal left
+        left -= 1
+        if not left and not all_done.done():
+            all_done.set_result(None)
+
+    for future in pending:
+        future.add_done_callback(one_done)
+    try:
+        await asyncio.wait([all_done], timeout=timeout)
+    finally:
+        for future in pending:
+            future.remove_done_callback(one_done)
+    return sum(1 for f in pending if not f.done())
+
+
+async def _raising(exc: BaseException) -> Any:
+    raise exc
 
 
 def _not_started(*_: object) -> Any:
@@ -179,6 +223,35 @@ class PublisherStats:
     """Messages waiting for their ack now."""
     buffered: int
     """Messages waiting for NATS to reconnect now."""
+    fast_path_sent: int = 0
+    """Messages (and re-sends) appended straight to nats-py's outgoing buffer."""
+    public_api_sent: int = 0
+    """Messages (and re-sends) sent through nats-py's public ``publish``: all of them
+    when the fast path is off, otherwise only those sent after a reconnect."""
+
+
+class _Session:
+    """Everything a started publisher works with, built whole by :meth:`Publisher.start`
+    and torn down as one by :meth:`Publisher.close`."""
+
+    __slots__ = ("closed", "encoder", "ledger", "listener", "loop", "sender", "timers")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        ledger: InflightLedger,
+        listener: AckListener,
+        encoder: PublishEncoder,
+        sender: Sender,
+    ) -> None:
+        self.loop = loop
+        self.ledger = ledger
+        self.listener = listener
+        self.encoder = encoder
+        self.sender = sender
+        # Re-sends waiting for their back-off (retry after a no-responders report).
+        self.timers: dict[str, asyncio.TimerHandle] = {}
+        self.closed = asyncio.Event()
 
 
 class Publisher:
@@ -202,12 +275,17 @@ class Publisher:
 
     ``max_buffered_bytes`` bounds the messages kept while NATS is disconnected; they are
     sent after the reconnect. ``resume_paused``: :meth:`publish_to_stream` resumes
-    paused partitions (see there). ``direct_writes=False`` sends every message through
-    the public ``nc.publish`` instead of appending it to nats-py's outgoing buffer (see
-    :mod:`liftbridge_nats._natswriter`; same bytes on the wire, slower).
-    ``direct_acks=False`` receives acks through an ordinary nats-py subscription
-    callback instead of taking them from nats-py's parser (see
-    :mod:`liftbridge_nats._directacks`; same results, slower).
+    paused partitions (see there).
+
+    ``fast_path`` (default on; the environment variable ``LIFTBRIDGE_NATS_FAST_PATH=0``
+    changes the default): messages go straight into nats-py's outgoing buffer and acks
+    come straight from its protocol parser, without nats-py's per-message coroutine,
+    message object, queue and task. This leans on nats-py internals, checked once here;
+    when the client does not look as expected the publisher uses nats-py's public API
+    (same bytes, same results, slower) and :attr:`fast_path` says why.
+    ``fast_path=False`` always uses the public API.
+
+    ``nc`` may also be a transport (see :mod:`liftbridge_nats._transport`), as tests do.
     """
 
     def __init__(
@@ -223,10 +301,15 @@ class Publisher:
         no_responders: bool = True,
         max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
         resume_paused: bool = True,
-        direct_writes: bool = True,
-        direct_acks: bool = True,
+        fast_path: bool | None = None,
     ) -> None:
-        check_publisher_args(nc, client, ack_timeout, retry_deadline)
+        check_publisher_args(
+            nc,
+            client,
+            ack_timeout,
+            retry_deadline,
+            nc_is_transport=isinstance(nc, PublishTransport),
+        )
         if not isinstance(ack_timeout, int | float) or not ack_timeout > 0:
             raise InvalidArgumentError(f"ack_timeout must be > 0 seconds, got {ack_timeout!r}")
         if not isinstance(max_inflight, int) or max_inflight < 1:
@@ -237,7 +320,10 @@ class Publisher:
             raise InvalidArgumentError(
                 f"max_buffered_bytes must be an int >= 0, got {max_buffered_bytes!r}"
             )
-        self._nc = nc
+        if isinstance(nc, PublishTransport):
+            self._transport: PublishTransport = nc
+        else:
+            self._transport = NatsTransport(nc, fast_path=fast_path)
         self._ack_timeout = float(ack_timeout)
         self._max_inflight = max_inflight
         self._crc = crc
@@ -247,32 +333,34 @@ class Publisher:
         self._no_responders = no_responders
         self._max_buffered_bytes = max_buffered_bytes
         self._resume_paused = resume_paused
-        self._direct_writes = direct_writes
-        self._direct_acks = direct_acks
         self._state = _NEW
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._ledger: InflightLedger | None = None
-        self._listener: AckListener | None = None
-        self._encoder: PublishEncoder | None = None
+        self._session: _Session | None = None
         # Bound methods looked up once for the hot path (set by start()).
         self._encode: Callable[..., bytes] = _not_started
         self._encode_plain: Callable[[bytes, bytes, AckPolicy], bytes] = _not_started
+        self._encode_keyed: Callable[..., bytes] = _not_started
+        self._header_fields: dict[tuple[tuple[str, bytes], ...], bytes] = {}
         self._ledger_add: Callable[[Flight, bool], None] = _not_started
-        self._writer: NatsWriter | None = None
-        self._writer_write: Callable[[str, str, bytes], bool] = _not_started
+        self._must_wait: Callable[[], bool] = _not_started
+        # The ledger's flights and room waiters, read without a call on the hot path.
+        self._inflight: Mapping[str, Flight] = {}
+        self._room_waiters: Sized = ()
+        self._write: Callable[[str, bytes, bytes], bool] = _not_started
+        self._defer: Callable[[Flight], bool] = _not_started
+        self._discard: Callable[[str, AckFuture], None] = _not_started
+        self._fast = False
         self._create_future: Callable[[], AckFuture] = _not_started
+        self._create_call: Callable[[], AckFuture] = _not_started
         self._time: Callable[[], float] = _not_started
-        self._reply_prefix = ""
+        self._reply_prefix = b""
+        self._max_payload = 0
         # Correlation ids: a random prefix per publisher and a counter.
         self._cid_prefix = os.urandom(6).hex() + "-"
         self._cid_counter = itertools.count(1)
         self._valid_subjects: set[str] = set()
-        # Messages waiting for NATS (see _sender); the deque is the sender's own.
-        self._sender: Sender | None = None
+        # Messages waiting for NATS (the sender's own deque, set by start()).
         self._outbox: deque[Flight] = deque()
-        self._timers: dict[str, asyncio.TimerHandle] = {}
         self._routes: dict[str, tuple[str, int]] = {}
-        self._closed_event: asyncio.Event | None = None
         self._published = 0
         self._timed_out = 0
         self._resent = 0
@@ -285,46 +373,50 @@ class Publisher:
             return self
         if self._state != _NEW:
             raise PublisherClosedError("this publisher was closed; create a new one")
-        if getattr(self._nc, "is_closed", False):
+        transport = self._transport
+        if transport.closed:
             raise NotConnectedError("the NATS connection is closed; connect before publishing")
         loop = asyncio.get_running_loop()
-        self._loop = loop
-        self._ledger = InflightLedger(
-            loop, max_inflight=self._max_inflight, on_expired=self._on_expired
-        )
-        self._listener = AckListener(
-            self._nc,
-            self._ledger,
-            on_no_responders=self._on_no_responders,
-            direct=self._direct_acks,
-        )
-        self._encoder = PublishEncoder(self._listener.inbox, crc=self._crc)
-        self._encode = self._encoder.encode
-        self._encode_plain = self._encoder.encode_plain
-        self._ledger_add = self._ledger.add
-        self._writer = NatsWriter(self._nc, loop, enabled=self._direct_writes)
-        self._writer_write = self._writer.write
-        self._create_future = loop.create_future
-        self._time = loop.time
-        self._reply_prefix = self._listener.reply_prefix if self._no_responders else ""
-        self._sender = Sender(
-            self._nc,
-            self._ledger,
+        transport.bind(loop)
+        ledger = InflightLedger(loop, max_inflight=self._max_inflight, on_expired=self._on_expired)
+        listener = AckListener(transport, ledger, on_no_responders=self._on_no_responders)
+        sender = Sender(
+            transport,
+            ledger,
             loop,
             max_buffered_bytes=self._max_buffered_bytes,
             is_open=lambda: self._state == _OPEN,
         )
-        self._outbox = self._sender.outbox
-        self._closed_event = asyncio.Event()
         try:
-            await self._listener.start()
+            await listener.start()
         except BaseException:
             # Failed or cancelled: leave no subscription (and its nats-py task) behind.
-            await self._listener.stop()
+            await listener.stop()
             self._state = _CLOSED
-            self._closed_event.set()
             raise
-        self._sender.start()
+        session = _Session(
+            loop, ledger, listener, PublishEncoder(listener.inbox, crc=self._crc), sender
+        )
+        self._session = session
+        self._encode = session.encoder.encode
+        self._encode_plain = session.encoder.encode_plain
+        self._encode_keyed = session.encoder.encode_keyed
+        self._ledger_add = ledger.add
+        self._must_wait = ledger.must_wait
+        self._inflight, self._room_waiters = ledger.live_views()
+        self._write = transport.write
+        self._defer = sender.defer
+        self._discard = ledger.discard
+        self._fast = bool(transport.fast_path)
+        self._create_future = future_factory(loop, ledger.discard, call=False)
+        self._create_call = future_factory(loop, ledger.discard, call=True)
+        # asyncio's own loops read time.monotonic(): calling it directly spares a frame.
+        self._time = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
+        self._reply_prefix = listener.reply_prefix.encode() if self._no_responders else b""
+        self._max_payload = transport.max_payload
+        self._outbox = sender.outbox
+        sender.start()
+        log_choice(transport.fast_path)
         self._state = _OPEN
         return self
 
@@ -340,33 +432,41 @@ class Publisher:
         return self._state in (_CLOSING, _CLOSED)
 
     @property
+    def fast_path(self) -> FastPath:
+        """Whether this publisher uses the fast path to nats-py (true in a boolean
+        context), and ``reason`` why not when it does not."""
+        return self._transport.fast_path
+
+    @property
     def pending(self) -> int:
         """Messages published and not yet settled (acked, failed, or timed out)."""
-        return len(self._ledger) if self._ledger is not None else 0
+        return len(self._session.ledger) if self._session is not None else 0
 
     @property
     def ack_inbox(self) -> str:
         """The NATS subject this publisher receives acks on."""
-        if self._listener is None:
-            raise PublisherClosedError("the publisher is not started; use `async with`")
-        return self._listener.inbox
+        return self._live().listener.inbox
 
     @property
     def stats(self) -> PublisherStats:
         """A snapshot of the publisher's counters."""
-        ack = self._listener.stats if self._listener is not None else None
+        session = self._session
+        ack = session.listener.stats if session is not None else AckStats()
+        sender = session.sender if session is not None else None
         return PublisherStats(
             published=self._published,
-            acked=(ack.acks_matched - ack.acks_rejected) if ack else 0,
-            rejected=ack.acks_rejected if ack else 0,
+            acked=ack.acks_matched - ack.acks_rejected,
+            rejected=ack.acks_rejected,
             timed_out=self._timed_out,
-            no_responders=ack.no_responders if ack else 0,
-            resent=self._resent + (self._sender.resent if self._sender else 0),
-            acks_unmatched=ack.acks_unmatched if ack else 0,
-            malformed=ack.malformed if ack else 0,
-            foreign=ack.foreign if ack else 0,
+            no_responders=ack.no_responders,
+            resent=self._resent + (sender.resent if sender is not None else 0),
+            acks_unmatched=ack.acks_unmatched,
+            malformed=ack.malformed,
+            foreign=ack.foreign,
             pending=self.pending,
-            buffered=self._sender.waiting() if self._sender else 0,
+            buffered=sender.waiting() if sender is not None else 0,
+            fast_path_sent=self._transport.fast_sent,
+            public_api_sent=self._transport.public_sent,
         )
 
     async def close(self, timeout: float | None = None) -> None:
@@ -379,30 +479,26 @@ class Publisher:
         and every timer are gone when this returns. Idempotent; concurrent calls wait
         for the first one.
         """
-        if self._state == _NEW:
+        session = self._session
+        if self._state == _CLOSED or session is None:
             self._state = _CLOSED
             return
-        if self._state == _CLOSED:
-            return
-        assert self._closed_event is not None
         if self._state == _CLOSING:
-            await self._closed_event.wait()
+            await session.closed.wait()
             return
         self._state = _CLOSING
-        ledger = self._ledger
-        assert ledger is not None
+        ledger = session.ledger
         ledger.reject_waiters()
         wait = self._ack_timeout if timeout is None else max(0.0, timeout)
         try:
             futures = ledger.futures()
             if futures and wait > 0:
-                await asyncio.wait(futures, timeout=wait)
+                await _wait_settled(futures, wait)
         finally:
-            await self._teardown()
+            await self._teardown(session)
 
-    async def _teardown(self) -> None:
-        ledger = self._ledger
-        assert ledger is not None and self._closed_event is not None
+    async def _teardown(self, session: _Session) -> None:
+        ledger = session.ledger
         ledger.close()
         for flight in ledger.drain():
             future = flight[FUTURE]
@@ -416,19 +512,17 @@ class Publisher:
                         correlation_id=flight[CID],
                     )
                 )
-        for timer in self._timers.values():
+        for timer in session.timers.values():
             timer.cancel()
-        self._timers.clear()
-        if self._sender is not None:
-            await self._sender.stop(_not_sent_error)
-        if self._listener is not None:
-            await self._listener.stop()
+        session.timers.clear()
+        await session.sender.stop(_not_sent_error)
+        await session.listener.stop()
         self._state = _CLOSED
-        self._closed_event.set()
+        session.closed.set()
 
     # ------------------------------------------------------------------ publishing
 
-    async def publish(
+    def publish(
         self,
         subject: str,
         value: bytes,
@@ -439,30 +533,59 @@ class Publisher:
         correlation_id: str | None = None,
         expected_offset: int | None = None,
         timeout: float | None = None,
-    ) -> Ack | None:
+    ) -> Coroutine[Any, Any, Ack | None]:
         """Publish one message and wait for its ack (None for ``AckPolicy.NONE``).
 
-        ``expected_offset`` asks a stream with optimistic concurrency control to store
-        the message only at that offset (:class:`IncorrectOffsetError` otherwise).
-        ``timeout`` (default: the publisher's ``ack_timeout``) bounds the whole call.
-        Raises :class:`AckTimeoutError` when no ack came (the message may or may not
-        be stored), :class:`NoRespondersError` when nobody listens on ``subject``, a
+        Use as ``ack = await pub.publish(...)``, in ``asyncio.gather``, or in a task.
+        The message goes out when ``publish`` is called (unless it must wait for room
+        in ``max_inflight``); the awaitable returned gives its ack. ``expected_offset``
+        asks a stream with optimistic concurrency control to store the message only at
+        that offset (:class:`IncorrectOffsetError` otherwise). ``timeout`` (default:
+        the publisher's ``ack_timeout``) bounds the whole call. Raises (when awaited)
+        :class:`AckTimeoutError` when no ack came (the message may or may not be
+        stored), :class:`NoRespondersError` when nobody listens on ``subject``, a
         :class:`PublishRejectedError` subclass when the server refused the message,
         :class:`MessageTooLargeError` before sending a message larger than NATS takes.
         Cancelling the call forgets the message (it may still be stored).
         """
-        flight = await self._submit(
+        # The common case returns the ack's future itself (it is also a coroutine): no
+        # coroutine frame and, in asyncio.gather, no task per message.
+        try:
+            flight = self._submit_now(
+                subject,
+                value,
+                key,
+                headers,
+                ack_policy,
+                correlation_id,
+                expected_offset,
+                timeout,
+                self._create_call,
+            )
+        except Exception as exc:
+            return _raising(exc)  # errors surface where the call is awaited, as before
+        if flight is None:
+            return self._publish_waiting(
+                subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
+            )
+        return flight[FUTURE]  # type: ignore[return-value]  # made by _create_call: a PublishCall
+
+    async def _publish_waiting(
+        self,
+        subject: str,
+        value: bytes,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        ack_policy: AckPolicy,
+        correlation_id: str | None,
+        expected_offset: int | None,
+        timeout: float | None,
+    ) -> Ack | None:
+        flight = await self._submit_waiting(
             subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
         )
-        future = flight[FUTURE]
-        if future.done():
-            return future.result()
-        try:
-            return await future
-        except asyncio.CancelledError:
-            assert self._ledger is not None
-            self._ledger.discard(flight[CID], future)
-            raise
+        # Cancelling this wait cancels the future, which forgets the message.
+        return await flight[FUTURE]
 
     async def publish_nowait(
         self,
@@ -485,7 +608,19 @@ class Publisher:
         checked before anything is sent (:class:`InvalidArgumentError`,
         :class:`MessageTooLargeError`).
         """
-        flight = await self._submit(
+        if not self._published & _YIELD_MASK:
+            await asyncio.sleep(0)
+        flight = self._submit_now(
+            subject,
+            value,
+            key,
+            headers,
+            ack_policy,
+            correlation_id,
+            expected_offset,
+            timeout,
+            self._create_future,
+        ) or await self._submit_waiting(
             subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
         )
         return flight[FUTURE]
@@ -505,46 +640,40 @@ class Publisher:
         chance to be acked; then the first error is raised, unless
         ``return_exceptions`` puts errors in the list in place of their acks.
         """
-        submitted: deque[Flight] = deque()
+        submitted: deque[AckFuture] = deque()
         results: list[Any] = []
         first_error: BaseException | None = None
-        submit = self._submit
+        nowait = self.publish_nowait
         try:
             for item in items:
                 if isinstance(item, PublishRecord):
-                    flight = await submit(
+                    future = await nowait(
                         subject,
                         item.value,
-                        item.key,
-                        item.headers,
-                        ack_policy,
-                        item.correlation_id,
-                        item.expected_offset,
-                        timeout,
+                        key=item.key,
+                        headers=item.headers,
+                        ack_policy=ack_policy,
+                        correlation_id=item.correlation_id,
+                        expected_offset=item.expected_offset,
+                        timeout=timeout,
                     )
                 else:
-                    flight = await submit(
-                        subject, item, None, None, ack_policy, None, None, timeout
-                    )
-                submitted.append(flight)
+                    future = await nowait(subject, item, ack_policy=ack_policy, timeout=timeout)
+                submitted.append(future)
                 # Collect settled messages as we go: their futures need not stay alive.
-                while submitted[0][FUTURE].done():
-                    first_error = _collect(submitted.popleft()[FUTURE], results, first_error)
+                while submitted[0].done():
+                    first_error = _collect(submitted.popleft(), results, first_error)
                     if not submitted:
                         break
             while submitted:
-                future = submitted[0][FUTURE]
+                future = submitted[0]
                 if not future.done():
                     with contextlib.suppress(Exception):  # errors are collected below
                         await future
-                first_error = _collect(submitted.popleft()[FUTURE], results, first_error)
+                first_error = _collect(submitted.popleft(), results, first_error)
         except BaseException:
-            assert self._ledger is not None
-            for flight in submitted:
-                future = flight[FUTURE]
-                if not future.done():
-                    self._ledger.discard(flight[CID], future)
-                    future.cancel()
+            for future in submitted:
+                future.cancel()  # forgets its message
             raise
         if first_error is not None and not return_exceptions:
             raise first_error
@@ -557,21 +686,59 @@ class Publisher:
         some are still pending after ``timeout`` seconds (default: wait for them all;
         each ends by its own deadline anyway).
         """
-        self._check_open()
-        assert self._ledger is not None
-        futures = self._ledger.futures()
+        futures = self._live().ledger.futures()
         futures.extend(f[FUTURE] for f in self._outbox if not f[FUTURE].done())
         if not futures:
             return
-        _, pending = await asyncio.wait(futures, timeout=timeout)
+        pending = await _wait_settled(futures, timeout)
         if pending:
-            raise AckTimeoutError(
-                f"{len(pending)} message(s) still wait for their ack after {timeout}s"
-            )
+            raise AckTimeoutError(f"{pending} message(s) still wait for their ack after {timeout}s")
 
     # ------------------------------------------------------------------ hot path
 
-    async def _submit(
+    def _submit_now(
+        self,
+        subject: str,
+        value: bytes,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        ack_policy: AckPolicy,
+        correlation_id: str | None,
+        expected_offset: int | None,
+        timeout: float | None,
+        make: Callable[[], AckFuture],
+    ) -> Flight | None:
+        """Publish one message without awaiting anything; None (and nothing done) when
+        that is not possible: no room in the ledger, the fast path off, or the reconnect
+        buffer full. The flight's future is ``flight[FUTURE]``."""
+        if len(self._inflight) >= self._max_inflight or self._room_waiters or not self._fast:
+            return None
+        if correlation_id is None and expected_offset is None and timeout is None:
+            flight = self._prepare_fast(subject, value, key, headers, ack_policy, make)
+        else:
+            flight = self._prepare(
+                subject,
+                value,
+                key,
+                headers,
+                ack_policy,
+                correlation_id,
+                expected_offset,
+                timeout,
+                make,
+            )
+        if (
+            self._outbox or not self._write(subject, flight[REPLY], flight[DATA])
+        ) and not self._defer(flight):
+            # Neither sent nor queued: undone, for the caller to await _submit_waiting.
+            self._discard(flight[CID], flight[FUTURE])
+            return None
+        self._published += 1
+        if flight[ATTEMPT] < 0:  # AckPolicy.NONE: done once handed to NATS
+            flight[FUTURE].set_result(None)
+        return flight
+
+    async def _submit_waiting(
         self,
         subject: str,
         value: bytes,
@@ -582,42 +749,48 @@ class Publisher:
         expected_offset: int | None,
         timeout: float | None,
     ) -> Flight:
-        """Publish one message; return its flight (the future is ``flight[FUTURE]``)."""
-        ledger = self._ledger
-        if ledger is None or ledger.must_wait():
+        """:meth:`_submit_now` for when something must be awaited first or instead."""
+        if self._must_wait():
             await self._wait_for_room()
-        elif not self._published & _YIELD_MASK:
-            await asyncio.sleep(0)
-            if ledger.must_wait():
-                await self._wait_for_room()
-        if (
-            key is None
-            and headers is None
-            and correlation_id is None
-            and expected_offset is None
-            and timeout is None
-        ):
-            flight = self._prepare_plain(subject, value, ack_policy)
+        if correlation_id is None and expected_offset is None and timeout is None:
+            flight = self._prepare_fast(
+                subject, value, key, headers, ack_policy, self._create_future
+            )
         else:
             flight = self._prepare(
-                subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
+                subject,
+                value,
+                key,
+                headers,
+                ack_policy,
+                correlation_id,
+                expected_offset,
+                timeout,
+                self._create_future,
             )
-        if self._outbox or not self._writer_write(subject, flight[REPLY], flight[DATA]):
-            await self._send(flight)
+        if self._outbox or not self._write(subject, flight[REPLY], flight[DATA]):
+            await self._live().sender.send(flight)
         self._published += 1
-        if flight[ATTEMPT] < 0:  # AckPolicy.NONE: done once handed to NATS
+        if flight[ATTEMPT] < 0:
             flight[FUTURE].set_result(None)
         return flight
 
     async def _wait_for_room(self) -> None:
-        self._check_open()
-        assert self._ledger is not None
-        await self._ledger.wait_for_room()
+        await self._live().ledger.wait_for_room()
         self._check_open()
 
-    def _prepare_plain(self, subject: str, value: bytes, ack_policy: AckPolicy) -> Flight:
-        """:meth:`_prepare` for the common message: no key, headers, correlation id,
-        expected offset or timeout of its own (anything unusual goes to _prepare)."""
+    def _prepare_fast(
+        self,
+        subject: str,
+        value: bytes,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        ack_policy: AckPolicy,
+        make: Callable[[], AckFuture],
+    ) -> Flight:
+        """:meth:`_prepare` for the common messages: a value, perhaps a key and headers,
+        and no correlation id, expected offset or timeout of their own (anything unusual
+        goes to _prepare). Headers are checked and encoded once per distinct set."""
         if self._state != _OPEN:
             self._check_open()
         if (
@@ -626,25 +799,62 @@ class Publisher:
             or ack_policy is _NO_ACK
             or subject not in self._valid_subjects
         ):
-            return self._prepare(subject, value, None, None, ack_policy, None, None, None)
-        cid = self._cid_prefix + str(next(self._cid_counter))
-        data = self._encode_plain(value, cid.encode(), ack_policy)
-        if len(data) > self._nc.max_payload:
-            raise too_large_error(subject, cid, len(data), self._nc.max_payload)
+            return self._prepare(subject, value, key, headers, ack_policy, None, None, None, make)
+        fields: bytes | None = None
+        if key is not None or headers is not None:
+            if (
+                not value
+                or (key is not None and type(key) is not bytes)
+                or (headers is not None and type(headers) is not dict)
+                or self._crc
+            ):
+                return self._prepare(
+                    subject, value, key, headers, ack_policy, None, None, None, make
+                )
+            fields = b""
+            if headers:
+                items = tuple(headers.items())
+                try:
+                    fields = self._header_fields.get(items)
+                except TypeError:  # an unhashable value: no bytes, refused by _prepare
+                    return self._prepare(
+                        subject, value, key, headers, ack_policy, None, None, None, make
+                    )
+                if fields is None:
+                    fields = self._remember_headers(items, headers)
+        cid = f"{self._cid_prefix}{next(self._cid_counter)}"
+        cid_bytes = cid.encode()
+        if fields is None:
+            data = self._encode_plain(value, cid_bytes, ack_policy)
+        else:
+            data = self._encode_keyed(value, cid_bytes, key, fields, ack_policy)
+        if len(data) > self._max_payload:
+            raise too_large_error(subject, cid, len(data), self._max_payload)
         now = self._time()
         deadline = now + self._ack_timeout
+        future = make()
+        future.cid = cid
         flight: Flight = (
-            self._create_future(),
+            future,
             cid,
             subject,
             data,
             deadline,
-            self._reply_prefix + cid if self._reply_prefix else "",
+            self._reply_prefix + cid_bytes if self._reply_prefix else b"",
             now + self._retry_deadline if self._retry else deadline,
             0,
         )
         self._ledger_add(flight, True)
         return flight
+
+    def _remember_headers(
+        self, items: tuple[tuple[str, bytes], ...], headers: Mapping[str, bytes]
+    ) -> bytes:
+        check_headers(headers)
+        if len(self._header_fields) >= _HEADERS_CACHE_LIMIT:
+            self._header_fields.clear()
+        fields = self._header_fields[items] = header_fields(headers)
+        return fields
 
     def _prepare(
         self,
@@ -656,6 +866,7 @@ class Publisher:
         correlation_id: str | None,
         expected_offset: int | None,
         timeout: float | None,
+        make: Callable[[], AckFuture],
     ) -> Flight:
         """Check, encode and (unless AckPolicy.NONE) enter a message in the ledger."""
         if self._state != _OPEN:
@@ -671,24 +882,28 @@ class Publisher:
             or type(ack_policy) is not AckPolicy
         ):
             value = check_message(value, key, headers, ack_policy, expected_offset, timeout)
-        ledger = self._ledger
         if correlation_id is None:
             cid = self._cid_prefix + str(next(self._cid_counter))
-            reply = self._reply_prefix + cid if self._reply_prefix else ""
+            reply = self._reply_prefix + cid.encode() if self._reply_prefix else b""
         else:
             cid = check_correlation_id(correlation_id)
-            if cid in ledger:  # type: ignore[operator]
+            if cid in self._live().ledger:
                 raise InvalidArgumentError(
                     f"correlation id {cid!r} is already in flight; ids must be unique"
                 )
             # A caller's id that is no subject token cannot end a reply subject.
-            reply = self._reply_prefix + cid if self._reply_prefix and is_subject_token(cid) else ""
+            reply = (
+                self._reply_prefix + cid.encode()
+                if self._reply_prefix and is_subject_token(cid)
+                else b""
+            )
         data = self._encode(value, cid.encode(), key, headers, ack_policy, expected_offset)
-        if len(data) > self._nc.max_payload:
-            raise too_large_error(subject, cid, len(data), self._nc.max_payload)
-        future: AckFuture = self._create_future()
+        if len(data) > self._max_payload:
+            raise too_large_error(subject, cid, len(data), self._max_payload)
+        future = make()
+        future.cid = cid
         if ack_policy is _NO_ACK:
-            return (future, cid, subject, data, 0.0, "", 0.0, -1)
+            return (future, cid, subject, data, 0.0, b"", 0.0, -1)
         now = self._time()
         if timeout is None:
             if self._retry:
@@ -700,17 +915,11 @@ class Publisher:
             final = now + timeout
             deadline = min(final, now + self._ack_timeout) if self._retry else final
         flight: Flight = (future, cid, subject, data, deadline, reply, final, 0)
-        ledger.add(flight, timeout is None)  # type: ignore[union-attr]
+        self._ledger_add(flight, timeout is None)
         return flight
 
-    async def _send(self, flight: Flight) -> None:
-        """The slow path (disconnected, older messages waiting, or no direct writes)."""
-        assert self._sender is not None
-        await self._sender.send(flight)
-
     def _resend(self, flight: Flight) -> None:
-        assert self._sender is not None
-        self._sender.resend(flight)
+        self._live().sender.resend(flight)
 
     # ------------------------------------------------------------------ settling
 
@@ -731,8 +940,7 @@ class Publisher:
                 flight[FINAL],
                 flight[ATTEMPT] + 1,
             )
-            assert self._ledger is not None
-            self._ledger.add(again, False)
+            self._live().ledger.add(again, False)
             self._resend(again)
             return
         self._timed_out += 1
@@ -752,9 +960,8 @@ class Publisher:
     def _on_no_responders(self, flight: Flight) -> None:
         """Listener callback: NATS reports that nobody received this flight."""
         future = flight[FUTURE]
-        loop = self._loop
-        assert loop is not None and self._ledger is not None
-        now = loop.time()
+        session = self._live()
+        now = session.loop.time()
         if self._retry and self._state == _OPEN:
             delay = min(_BACKOFF_MAX, _BACKOFF_FIRST * (2 ** flight[ATTEMPT]))
             if now + delay < flight[FINAL]:
@@ -770,18 +977,20 @@ class Publisher:
                     flight[ATTEMPT] + 1,
                 )
                 # Back in the ledger at once: the deadline keeps running meanwhile.
-                self._ledger.add(again, False)
-                old = self._timers.pop(flight[CID], None)
+                session.ledger.add(again, False)
+                old = session.timers.pop(flight[CID], None)
                 if old is not None:
                     old.cancel()
-                self._timers[flight[CID]] = loop.call_later(delay, self._resend_later, again)
+                session.timers[flight[CID]] = session.loop.call_later(
+                    delay, self._resend_later, again
+                )
                 return
         future.set_exception(no_responders_exception(flight[SUBJECT], flight[CID]))
 
     def _resend_later(self, flight: Flight) -> None:
-        self._timers.pop(flight[CID], None)
-        assert self._ledger is not None
-        if self._ledger.get(flight[CID]) is flight:
+        session = self._live()
+        session.timers.pop(flight[CID], None)
+        if session.ledger.get(flight[CID]) is flight:
             self._resend(flight)
 
     # ------------------------------------------------------------------ streams
@@ -917,14 +1126,23 @@ class Publisher:
     # ------------------------------------------------------------------ checks
 
     def _check_open(self) -> None:
-        if self._state == _OPEN:
-            return
+        if self._state != _OPEN:
+            raise self._closed_error()
+
+    def _closed_error(self) -> PublisherClosedError:
         if self._state == _NEW:
-            raise PublisherClosedError(
+            return PublisherClosedError(
                 "the publisher is not started: use `async with Publisher(nc) as pub` "
                 "or `await pub.start()`"
             )
-        raise PublisherClosedError("the publisher is closed; create a new one to publish")
+        return PublisherClosedError("the publisher is closed; create a new one to publish")
+
+    def _live(self) -> _Session:
+        """The session of a started publisher (also while it closes)."""
+        session = self._session
+        if session is None:
+            raise self._closed_error()
+        return session
 
     def _check_subject(self, subject: str) -> None:
         check_subject(subject)

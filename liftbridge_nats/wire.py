@@ -1,8 +1,9 @@
 """Envelope payloads: publish messages out, acks (and published messages) in.
 
 Sans-IO like :mod:`liftbridge_nats.envelope`. Publish messages are assembled directly
-as protobuf bytes: the Message schema is small and fixed, and building bytes skips a
-protobuf object per message on the hot path. The test suite checks the result against
+as protobuf bytes by :class:`PublishEncoder`, the one Message encoder of the package:
+the schema is small and fixed, and building bytes skips a protobuf object per message
+on the hot path. The test suite checks the result against
 the protobuf library, an independent implementation of the same schema.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, SupportsIndex
 
 from google.protobuf.message import DecodeError
 
@@ -20,12 +22,15 @@ from .messages import Ack, AckError, AckPolicy, Message
 
 __all__ = [
     "NO_OFFSET_CHECK",
+    "PublishEncoder",
     "PublishedMessage",
     "ack_from_proto",
+    "ack_view",
     "decode_ack",
     "decode_ack_payload",
     "decode_publish",
     "encode_publish",
+    "header_fields",
     "message_from_proto",
     "varint",
 ]
@@ -46,18 +51,172 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _length_delimited(tag: int, data: bytes) -> bytes:
-    return bytes((tag,)) + varint(len(data)) + data
+_NO_CHECK_FIELD = b"\x08" + varint(NO_OFFSET_CHECK)
 
 
 _TAG_OFFSET = b"\x08"
-_TAG_KEY = 0x12
-_TAG_VALUE = 0x1A
-_TAG_HEADER = 0x4A
-_TAG_ACK_INBOX = 0x52
-_TAG_CORRELATION_ID = 0x5A
+_TAG_KEY = b"\x12"
+_TAG_VALUE = b"\x1a"
+_TAG_HEADER = b"\x4a"
+_TAG_HEADER_NAME = b"\x0a"
+_TAG_HEADER_VALUE = b"\x12"
+_TAG_ACK_INBOX = b"\x52"
+_TAG_CORRELATION_ID = b"\x5a"
 _TAG_ACK_POLICY = b"\x60"
-_NO_CHECK_FIELD = _TAG_OFFSET + varint(NO_OFFSET_CHECK)
+
+# Single-byte varints cover every length below 128, the common case for keys and
+# correlation ids (and for small values).
+_SMALL_VARINTS = tuple(bytes((n,)) for n in range(128))
+# Longer lengths repeat too (a publisher's values often share a size): remember them.
+_VARINT_CACHE: dict[int, bytes] = {}
+_VARINT_CACHE_LIMIT = 4096
+
+
+def _length(n: int) -> bytes:
+    if n < 128:
+        return _SMALL_VARINTS[n]
+    encoded = _VARINT_CACHE.get(n)
+    if encoded is None:
+        if len(_VARINT_CACHE) >= _VARINT_CACHE_LIMIT:
+            _VARINT_CACHE.clear()
+        encoded = _VARINT_CACHE[n] = varint(n)
+    return encoded
+
+
+def _field(tag: bytes, data: bytes) -> bytes:
+    return tag + _length(len(data)) + data
+
+
+# prefix (header + offset -1), value, ack inbox, correlation id, ack policy.
+_COMMON_BODY = b"%b" + _TAG_VALUE + b"%b%b%b" + _TAG_CORRELATION_ID + b"%b%b%b"
+# prefix, key field, value, headers, ack inbox, correlation id, ack policy.
+_KEYED_BODY = b"%b%b" + _TAG_VALUE + b"%b%b%b%b" + _TAG_CORRELATION_ID + b"%b%b%b"
+_PLAIN_HEADER = header(MsgType.PUBLISH)
+
+
+class PublishEncoder:
+    """The one encoder of type-0 envelopes (protobuf ``Message``), for one ack inbox.
+
+    A publisher sends every message with the same ack inbox and, almost always, with
+    no expected offset: those bytes (envelope header, the ``offset = -1`` field, the
+    ack-inbox field, the ack-policy field) are computed once, so encoding a plain
+    message is one ``bytes`` formatting call. ``crc`` adds the CRC-32C.
+    """
+
+    __slots__ = ("_crc", "_inbox_field", "_plain_prefix", "_policy_fields")
+
+    def __init__(self, ack_inbox: str = "", *, crc: bool = False) -> None:
+        self._crc = crc
+        self._inbox_field = _field(_TAG_ACK_INBOX, ack_inbox.encode()) if ack_inbox else b""
+        # Without a CRC the header is constant and can lead the precomputed prefix.
+        self._plain_prefix = (b"" if crc else _PLAIN_HEADER) + _NO_CHECK_FIELD
+        # proto3 omits a field holding its default (LEADER = 0).
+        self._policy_fields = {
+            policy: (_TAG_ACK_POLICY + varint(int(policy)) if policy else b"")
+            for policy in AckPolicy
+        }
+
+    def encode(
+        self,
+        value: bytes,
+        correlation_id: bytes,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+    ) -> bytes:
+        """Return the whole envelope for one message (header included)."""
+        if key or headers or not value or not correlation_id or expected_offset is not None:
+            body = self._general_body(
+                value, correlation_id, key, headers, ack_policy, expected_offset
+            )
+        else:
+            body = self._common_body(value, correlation_id, ack_policy)
+        if self._crc:
+            return header(MsgType.PUBLISH, body, crc=True) + body
+        return body
+
+    def encode_plain(self, value: bytes, correlation_id: bytes, ack_policy: AckPolicy) -> bytes:
+        """:meth:`encode` for a message with a value, a correlation id and nothing else."""
+        if self._crc or not value or not correlation_id:
+            return self.encode(value, correlation_id, ack_policy=ack_policy)
+        return self._common_body(value, correlation_id, ack_policy)
+
+    def encode_keyed(
+        self,
+        value: bytes,
+        correlation_id: bytes,
+        key: bytes | None,
+        header_fields: bytes,
+        ack_policy: AckPolicy,
+    ) -> bytes:
+        """:meth:`encode` for a message with a value, a correlation id, a key and/or
+        headers already encoded by :func:`header_fields` (no CRC: see :meth:`encode`)."""
+        if self._crc or not value or not correlation_id:
+            raise ValueError("encode_keyed takes a value and a correlation id, without CRC")
+        size = len(value)
+        cid_size = len(correlation_id)
+        return _KEYED_BODY % (
+            self._plain_prefix,
+            _TAG_KEY + _length(len(key)) + key if key else b"",
+            _SMALL_VARINTS[size] if size < 128 else _length(size),
+            value,
+            header_fields,
+            self._inbox_field,
+            _SMALL_VARINTS[cid_size] if cid_size < 128 else _length(cid_size),
+            correlation_id,
+            self._policy_fields[ack_policy],
+        )
+
+    def _common_body(self, value: bytes, correlation_id: bytes, ack_policy: AckPolicy) -> bytes:
+        size = len(value)
+        cid_size = len(correlation_id)
+        return _COMMON_BODY % (
+            self._plain_prefix,
+            _SMALL_VARINTS[size] if size < 128 else _length(size),
+            value,
+            self._inbox_field,
+            _SMALL_VARINTS[cid_size] if cid_size < 128 else _length(cid_size),
+            correlation_id,
+            self._policy_fields[ack_policy],
+        )
+
+    def _general_body(
+        self,
+        value: bytes,
+        correlation_id: bytes,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        ack_policy: AckPolicy,
+        expected_offset: int | None,
+    ) -> bytes:
+        # Field order follows the schema numbers, as protobuf serialisers write them:
+        # offset 1, key 2, value 3, headers 9, inbox 10, correlation id 11, policy 12.
+        if expected_offset is None:
+            parts = [self._plain_prefix]
+        else:
+            start = b"" if self._crc else _PLAIN_HEADER
+            parts = [start + _TAG_OFFSET + varint(expected_offset)]
+        if key:
+            parts.append(_field(_TAG_KEY, key))
+        if value:
+            parts.append(_field(_TAG_VALUE, value))
+        if headers:
+            parts.append(header_fields(headers))
+        parts.append(self._inbox_field)
+        if correlation_id:
+            parts.append(_field(_TAG_CORRELATION_ID, correlation_id))
+        parts.append(self._policy_fields[ack_policy])
+        return b"".join(parts)
+
+
+def header_fields(headers: Mapping[str, bytes]) -> bytes:
+    """The protobuf fields of a Message's headers map (names and values unchecked)."""
+    out = b""
+    for name, data in headers.items():
+        entry = _field(_TAG_HEADER_NAME, name.encode()) + _field(_TAG_HEADER_VALUE, data)
+        out += _field(_TAG_HEADER, entry)
+    return out
 
 
 def encode_publish(
@@ -75,24 +234,11 @@ def encode_publish(
 
     ``expected_offset`` None sends -1 ("no check") so that streams with optimistic
     concurrency control accept the message; proto3's default 0 would mean "expect 0".
+    (:class:`PublishEncoder` does the work; a publisher keeps one per ack inbox.)
     """
-    parts = [_NO_CHECK_FIELD if expected_offset is None else _TAG_OFFSET + varint(expected_offset)]
-    if key:
-        parts.append(_length_delimited(_TAG_KEY, key))
-    if value:
-        parts.append(_length_delimited(_TAG_VALUE, value))
-    if headers:
-        for name, data in headers.items():
-            entry = _length_delimited(0x0A, name.encode()) + _length_delimited(0x12, data)
-            parts.append(_length_delimited(_TAG_HEADER, entry))
-    if ack_inbox:
-        parts.append(_length_delimited(_TAG_ACK_INBOX, ack_inbox.encode()))
-    if correlation_id:
-        parts.append(_length_delimited(_TAG_CORRELATION_ID, correlation_id.encode()))
-    if ack_policy:
-        parts.append(_TAG_ACK_POLICY + varint(int(ack_policy)))
-    payload = b"".join(parts)
-    return header(MsgType.PUBLISH, payload, crc=crc) + payload
+    return PublishEncoder(ack_inbox, crc=crc).encode(
+        value, correlation_id.encode(), key, headers, ack_policy, expected_offset
+    )
 
 
 def _parse(message: api_pb2.Ack | api_pb2.Message, payload: bytes | memoryview, what: str) -> None:
@@ -139,7 +285,7 @@ assert Ack.__slots__ == (
 
 
 def ack_from_proto(
-    pb: api_pb2.Ack, *, correlation_id: str | None = None, ack_inbox: str | None = None
+    pb: api_pb2.Ack, correlation_id: str | None = None, ack_inbox: str | None = None
 ) -> Ack:
     """Build the public :class:`Ack` from a parsed protobuf ack.
 
@@ -148,20 +294,89 @@ def ack_from_proto(
     ``correlation_id`` and ``ack_inbox``: values the caller already holds (equal to the
     protobuf's), which spares reading them again on the publisher's hot path.
     """
+    ack: Ack = _new_ack(Ack)
+    _fill(
+        ack,
+        pb,
+        pb.correlationId if correlation_id is None else correlation_id,
+        pb.ackInbox if ack_inbox is None else ack_inbox,
+    )
+    return ack
+
+
+def _fill(ack: Ack, pb: api_pb2.Ack, correlation_id: str, ack_inbox: str) -> None:
     policy = pb.ackPolicy
     error = pb.ackError
-    ack: Ack = _new_ack(Ack)
     _set_stream(ack, pb.stream)
     _set_partition_subject(ack, pb.partitionSubject)
     _set_message_subject(ack, pb.msgSubject)
     _set_offset(ack, pb.offset)
-    _set_ack_inbox(ack, pb.ackInbox if ack_inbox is None else ack_inbox)
-    _set_correlation_id(ack, pb.correlationId if correlation_id is None else correlation_id)
+    _set_ack_inbox(ack, ack_inbox)
+    _set_correlation_id(ack, correlation_id)
     _set_ack_policy(ack, _POLICIES[policy] if 0 <= policy < _POLICY_COUNT else AckPolicy.LEADER)
     _set_reception_timestamp(ack, pb.receptionTimestamp)
     _set_commit_timestamp(ack, pb.commitTimestamp)
     _set_error(ack, _ERRORS[error] if 0 <= error < _ERROR_COUNT else AckError.UNKNOWN)
-    return ack
+
+
+class _AckView(Ack):
+    """An :class:`Ack` whose fields are read from its protobuf on first access.
+
+    The publisher resolves a future with one for every ack: many callers never look
+    at the ack, and filling its fields costs about as much as parsing the protobuf.
+    The protobuf waits in the first slot; the first access of any field (or equality,
+    hash, repr, pickling, copying) fills every slot and turns the object into a plain
+    :class:`Ack` (same layout, so ``__class__`` can change), which it then stays.
+    """
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        _materialize(self)
+        return self == other
+
+    def __hash__(self) -> int:
+        _materialize(self)
+        return hash(self)
+
+    def __repr__(self) -> str:
+        _materialize(self)
+        return repr(self)
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        _materialize(self)
+        return self.__reduce_ex__(protocol)
+
+
+_get_pb = vars(Ack)["stream"].__get__  # the slot itself, under _AckView's property
+
+
+def _materialize(view: Ack) -> None:
+    if type(view) is _AckView:
+        pb = _get_pb(view)
+        _fill(view, pb, pb.correlationId, pb.ackInbox)
+        object.__setattr__(view, "__class__", Ack)
+
+
+def _field_reader(name: str) -> property:
+    def read(self: Ack) -> Any:
+        _materialize(self)
+        return getattr(self, name)
+
+    return property(read, doc=f"The ack's {name} (read from the protobuf on first access).")
+
+
+for _name in Ack.__slots__:
+    setattr(_AckView, _name, _field_reader(_name))
+
+
+def ack_view(pb: api_pb2.Ack) -> Ack:
+    """An :class:`Ack` for ``pb`` (handed over for good: not to be parsed into again),
+    whose fields are read on first access; until then only ``type()`` tells it from
+    :func:`ack_from_proto`'s."""
+    view: Ack = _new_ack(_AckView)
+    _set_stream(view, pb)
+    return view
 
 
 def decode_ack_payload(payload: bytes | memoryview) -> Ack:

@@ -15,7 +15,7 @@ from typing import Any
 
 import nats
 
-from bench.measure import Meter, Schedule, payload, percentiles
+from bench.measure import HEADER_NAME, HEADER_VALUE, KEY, Meter, Schedule, payload, percentiles
 from liftbridge_nats._proto import api_pb2
 from liftbridge_nats.messages import AckPolicy
 from liftbridge_nats.wire import encode_publish
@@ -31,8 +31,16 @@ def _envelopes(spec: dict[str, Any], inbox: str, count: int, start: int) -> list
     policy = AckPolicy[spec["ack"]]
     # Correlation ids shaped like a publisher's (random prefix + counter).
     prefix = secrets.token_urlsafe(8)
+    key, headers = (KEY, {HEADER_NAME: HEADER_VALUE}) if spec.get("keyed") else (None, None)
     return [
-        encode_publish(value, ack_inbox=inbox, correlation_id=f"{prefix}.{i}", ack_policy=policy)
+        encode_publish(
+            value,
+            key=key,
+            headers=headers,
+            ack_inbox=inbox,
+            correlation_id=f"{prefix}.{i}",
+            ack_policy=policy,
+        )
         for i in range(start, start + count)
     ]
 

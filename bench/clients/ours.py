@@ -1,13 +1,15 @@
 """liftbridge-nats itself: the NATS-native Publisher and the gRPC Client's subscribe.
 
-Used the way the README tells applications to use it: ``publish_nowait`` for
-throughput (futures resolved by the ack listener), defaults for every knob but
-``ack_timeout`` (see below).
+Used the way the README tells applications to use it, defaults for every knob but
+``ack_timeout`` (see below): ``publish_nowait`` for throughput (futures resolved by the
+ack listener), and the services' pattern, ``await publish()`` from many tasks
+(``burst``, ``tasks``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import secrets
 import time
@@ -15,7 +17,7 @@ from typing import Any
 
 import nats
 
-from bench.measure import Meter, Schedule, payload, percentiles
+from bench.measure import HEADER_NAME, HEADER_VALUE, KEY, Meter, Schedule, payload, percentiles
 from liftbridge_nats.messages import AckError, AckPolicy, StartPosition, StopPosition
 
 # The one knob set away from the Publisher's defaults (5 s): a round slowed down by the
@@ -38,6 +40,13 @@ def _failed(fut: asyncio.Future[Any]) -> bool:
     return ack is not None and ack.error is not AckError.OK
 
 
+def _extra(spec: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of every publish: a key and one header when ``keyed``."""
+    if spec.get("keyed"):
+        return {"key": KEY, "headers": {HEADER_NAME: HEADER_VALUE}}
+    return {}
+
+
 async def publish(spec: dict[str, Any]) -> dict[str, Any]:
     """``publish_nowait`` ``count`` messages, then ``flush`` until every ack is in.
 
@@ -50,6 +59,7 @@ async def publish(spec: dict[str, Any]) -> dict[str, Any]:
     value = payload(spec["size"])
     policy = AckPolicy[spec["ack"]]
     subjects = _subjects(spec["subject"], spec["partitions"])
+    extra = _extra(spec)
     nc = await nats.connect(spec["nats_url"])
     try:
         async with Publisher(nc, ack_timeout=spec.get("timeout", PUBLISH_ACK_TIMEOUT)) as pub:
@@ -61,10 +71,10 @@ async def publish(spec: dict[str, Any]) -> dict[str, Any]:
                 if parts == 1:
                     subject = subjects[0]
                     for _ in range(n):
-                        await nowait(subject, value, ack_policy=policy)
+                        await nowait(subject, value, ack_policy=policy, **extra)
                 else:
                     for i in range(n):
-                        await nowait(subjects[i % parts], value, ack_policy=policy)
+                        await nowait(subjects[i % parts], value, ack_policy=policy, **extra)
                 await pub.flush()
                 return n - (pub.stats.acked - before)
 
@@ -75,6 +85,74 @@ async def publish(spec: dict[str, Any]) -> dict[str, Any]:
             return meter.stop(spec["count"], errors)
     finally:
         await nc.close()
+
+
+async def _services(spec: dict[str, Any], run_pattern: Any) -> dict[str, Any]:
+    """Shared set-up of the services' pattern: a Publisher, a warm-up, the timed run."""
+    from liftbridge_nats.publisher import Publisher
+
+    nc = await nats.connect(spec["nats_url"])
+    try:
+        async with Publisher(nc, ack_timeout=spec.get("timeout", PUBLISH_ACK_TIMEOUT)) as pub:
+            await run_pattern(pub, spec["warmup"])
+            before = pub.stats
+            meter = Meter()
+            meter.start()
+            await run_pattern(pub, spec["count"])
+            after = pub.stats
+            errors = spec["count"] - (after.acked - before.acked)
+            return meter.stop(
+                spec["count"],
+                errors,
+                public_api_sent=after.public_api_sent - before.public_api_sent,
+            )
+    finally:
+        await nc.close()
+
+
+async def burst(spec: dict[str, Any]) -> dict[str, Any]:
+    """Bursts of ``burst`` (20,000) ``await publish()`` calls started at once and
+    gathered, one burst after the other, until ``count`` messages are acked."""
+    value = payload(spec["size"])
+    policy = AckPolicy[spec["ack"]]
+    subject = spec["subject"]
+    extra = _extra(spec)
+    size = spec.get("burst", 20_000)
+
+    async def run(pub: Any, n: int) -> None:
+        publish = pub.publish
+        while n > 0:
+            k = min(size, n)
+            results = await asyncio.gather(
+                *(publish(subject, value, ack_policy=policy, **extra) for _ in range(k)),
+                return_exceptions=True,
+            )
+            del results  # errors are counted from the publisher's stats
+            n -= k
+
+    return await _services(spec, run)
+
+
+async def tasks(spec: dict[str, Any]) -> dict[str, Any]:
+    """``tasks`` tasks, each looping on ``await publish()``, ``count`` messages in all."""
+    value = payload(spec["size"])
+    policy = AckPolicy[spec["ack"]]
+    subject = spec["subject"]
+    extra = _extra(spec)
+    workers = spec["tasks"]
+
+    async def run(pub: Any, n: int) -> None:
+        publish = pub.publish
+
+        async def loop(m: int) -> None:
+            for _ in range(m):
+                with contextlib.suppress(Exception):  # errors: from the publisher's stats
+                    await publish(subject, value, ack_policy=policy, **extra)
+
+        share, rest = divmod(n, workers)
+        await asyncio.gather(*(loop(share + (i < rest)) for i in range(workers)))
+
+    return await _services(spec, run)
 
 
 async def memory(spec: dict[str, Any]) -> dict[str, Any]:

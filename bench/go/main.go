@@ -127,8 +127,16 @@ func fail(mode string, err error) {
 	os.Exit(1)
 }
 
-func messageOptions(ack string, partitions int) ([]lift.MessageOption, error) {
+func messageOptions(ack string, partitions int, key string, header string) ([]lift.MessageOption, error) {
 	var opts []lift.MessageOption
+	if key != "" {
+		opts = append(opts, lift.Key([]byte(key)))
+	}
+	if header != "" {
+		// -header name=value: one header on every message.
+		name, value, _ := strings.Cut(header, "=")
+		opts = append(opts, lift.Header(name, []byte(value)))
+	}
 	switch ack {
 	case "leader":
 		opts = append(opts, lift.AckPolicyLeader())
@@ -242,6 +250,8 @@ func main() {
 	window := flag.Int("window", 0, "PublishAsync: most messages in flight (0: no limit)")
 	workers := flag.Int("workers", 1, "Publish: concurrent goroutines")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up after this long")
+	key := flag.String("key", "", "a key on every message (none by default)")
+	header := flag.String("header", "", "name=value: a header on every message (none by default)")
 	flag.Parse()
 	if *stream == "" {
 		fail(*mode, fmt.Errorf("-stream is required"))
@@ -257,7 +267,7 @@ func main() {
 	for i := range value {
 		value[i] = byte('a' + i%26)
 	}
-	opts, err := messageOptions(*ack, *partitions)
+	opts, err := messageOptions(*ack, *partitions, *key, *header)
 	if err != nil {
 		fail(*mode, err)
 	}

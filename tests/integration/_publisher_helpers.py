@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from liftbridge_nats.client import Client
-from liftbridge_nats.messages import Message, StartPosition, StopPosition
+from liftbridge_nats.messages import Ack, Message, StartPosition, StopPosition
 
 
 async def read_all(client: Client, stream: str, partition: int = 0) -> list[Message]:
@@ -29,6 +29,15 @@ async def eventually(check: Callable[[], Awaitable[bool]], within: float = 15.0)
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {within} s")
         await asyncio.sleep(0.1)
+
+
+def acked(results: Iterable[Ack | None]) -> list[Ack]:
+    """The acks of publishes that asked for one (none may be missing)."""
+    out = []
+    for ack in results:
+        assert ack is not None, "a publish that asked for an ack returned None"
+        out.append(ack)
+    return out
 
 
 def user_headers(msg: Message) -> dict[str, bytes]:

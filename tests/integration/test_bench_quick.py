@@ -63,8 +63,11 @@ def test_quick_mode_produces_every_case(tmp_path: Path) -> None:
     clients = {case["client"] for case in record["cases"]}
     for client in (plan.OURS, plan.BARE, plan.RAW, plan.GUFO_BULK, plan.GUFO_UNARY,
                    plan.GO_ASYNC, plan.GO_SYNC, plan.GO_SUB, plan.GUFO_SUB, plan.GRPC_SUB, plan.OURS_UVLOOP,
-                   plan.GRPC_SYNC_SUB, *plan.FANOUT_CLIENTS, plan.GO_FANOUT):  # fmt: skip
+                   plan.GRPC_SYNC_SUB, *plan.FANOUT_CLIENTS, plan.GO_FANOUT, *plan.SERVICES):  # fmt: skip
         assert client in clients
+    # The services' pattern and the key+headers messages, for ours and the Go peer alike.
+    keyed = {case["client"] for case in record["cases"] if case.get("keyed")}
+    assert {plan.OURS, plan.BARE, plan.GO_ASYNC, *plan.SERVICES} <= keyed
     for case_id, result in got.items():
         assert "error" not in result, f"{case_id}: {result.get('error')}"
         assert result["errors"] == 0, case_id
@@ -73,6 +76,8 @@ def test_quick_mode_produces_every_case(tmp_path: Path) -> None:
         else:
             assert result["rate"] > 0 and result["count"] > 0, case_id
             assert result["cpu_us_per_msg"] > 0, case_id
+        if "public_api_sent" in result:  # the services' pattern stays on the fast path
+            assert result["public_api_sent"] == 0, case_id
         if case_id.startswith("fanout/"):
             assert result["threads"] > 0, case_id
     assert "[" in proc.stdout and "/" in proc.stdout  # one progress line per case

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from _publisher_helpers import read_all, user_headers
+from _publisher_helpers import acked, read_all, user_headers
 
 from liftbridge_nats.client import Client
 from liftbridge_nats.envelope import MsgType, encode
@@ -24,17 +24,17 @@ from liftbridge_nats.messages import Ack, AckError, AckPolicy
 from liftbridge_nats.publisher import Publisher, PublishRecord
 
 
-@pytest.mark.parametrize("direct", [True, False], ids=["direct", "nats-py-public-api"])
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "nats-py-public-api"])
 async def test_policies_offsets_match_storage(
-    liftbridge_cluster: Any, nats_client: Any, unique_name: Any, direct: bool
+    liftbridge_cluster: Any, nats_client: Any, unique_name: Any, fast: bool
 ) -> None:
     name = unique_name("pol")
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name)
-        async with Publisher(nats_client, direct_writes=direct, direct_acks=direct) as pub:
-            # The fast paths must really be in use with the pinned nats-py (not silently off).
-            assert pub._writer is not None and pub._writer.enabled is direct
-            assert pub._listener is not None and pub._listener.direct is direct
+        async with Publisher(nats_client, fast_path=fast) as pub:
+            # The fast path must really be in use with the nats-py pyproject allows.
+            assert pub.fast_path.enabled is fast, pub.fast_path.reason
+            assert bool(pub.fast_path) is fast
             acked: dict[int, bytes] = {}
             none_values = []
             for i in range(30):
@@ -57,6 +57,10 @@ async def test_policies_offsets_match_storage(
             assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
             stats = pub.stats
             assert stats.acked == 20 and stats.published == 30 and stats.pending == 0
+            if fast:
+                assert stats.fast_path_sent == 30 and stats.public_api_sent == 0
+            else:
+                assert stats.fast_path_sent == 0 and stats.public_api_sent == 30
         # The last message had no ack to wait for: give it a moment to be stored.
         stored = await read_all(client, name)
         for _ in range(50):
@@ -90,7 +94,7 @@ async def test_100k_pipelined_every_ack_matched_and_read_back(
                     )
                 assert pub.pending <= 8192
                 futures.append(fut)
-            acks = await asyncio.gather(*futures)
+            acks = acked(await asyncio.gather(*futures))
             assert pub.stats.acked == n and pub.stats.acks_unmatched == 0
         assert [a.offset for a in acks] == list(range(n))
         assert len({a.correlation_id for a in acks}) == n
@@ -245,7 +249,7 @@ async def test_backpressure_bounds_inflight(
         for i in range(500):
             futures.append(await pub.publish_nowait(name, b"%d" % i))
             assert pub.pending <= 8
-        acks = await asyncio.gather(*futures)
+        acks = acked(await asyncio.gather(*futures))
     assert [a.offset for a in acks] == list(range(500))
 
 
@@ -292,7 +296,8 @@ async def test_argument_checks_send_nothing(nats_client: Any) -> None:
         with pytest.raises(InvalidArgumentError):
             await pub.publish("s", b"x", correlation_id="")
         assert pub.stats.published == 0 and pub.pending == 0
-    for kwargs in [{"ack_timeout": 0}, {"max_inflight": 0}]:
+    bad: list[dict[str, Any]] = [{"ack_timeout": 0}, {"max_inflight": 0}]
+    for kwargs in bad:
         with pytest.raises(InvalidArgumentError):
             Publisher(nats_client, **kwargs)
 

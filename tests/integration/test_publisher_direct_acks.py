@@ -7,8 +7,9 @@ import asyncio
 from typing import Any
 
 import pytest
+from _publisher_helpers import acked
 
-from liftbridge_nats._directacks import is_installed
+from liftbridge_nats._natscompat import is_installed
 from liftbridge_nats.client import Client
 from liftbridge_nats.errors import NoRespondersError
 from liftbridge_nats.messages import AckPolicy
@@ -30,14 +31,17 @@ async def test_two_publishers_share_one_dispatcher_and_leave_no_trace(
     app_sub = await nats_client.subscribe(name, cb=on_plain)
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name)
-        async with Publisher(nats_client) as first, Publisher(nats_client) as second:
-            assert first._listener is not None and first._listener.direct
-            assert second._listener is not None and second._listener.direct
+        async with (
+            Publisher(nats_client, fast_path=True) as first,
+            Publisher(nats_client, fast_path=True) as second,
+        ):
+            assert first.fast_path and second.fast_path
+            assert first._live().listener.direct and second._live().listener.direct
             assert is_installed(nats_client)
             acks = await asyncio.gather(
                 *(pub.publish(name, b"v%d" % i) for i, pub in enumerate((first, second) * 50))
             )
-            assert sorted(a.offset for a in acks) == list(range(100))
+            assert sorted(a.offset for a in acked(acks)) == list(range(100))
             assert first.stats.acked == 50 and second.stats.acked == 50
             assert first.stats.acks_unmatched == 0 and second.stats.acks_unmatched == 0
             # Status messages still take the subscription path.

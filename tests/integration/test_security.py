@@ -48,7 +48,7 @@ TOKEN = "tok-" + secrets.token_hex(12)
 LIFTBRIDGE_USER = "liftbridge"
 APP_USER = "app"
 APP_PASSWORD = "app-" + secrets.token_hex(12)
-CONNECT = {
+CONNECT: dict[str, Any] = {
     "connect_timeout": 3,
     "allow_reconnect": False,
     # nats-py retries a failing server forever when this is 0 (its "no limit").

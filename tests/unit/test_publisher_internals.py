@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from liftbridge_nats._inflight import CID, DEADLINE, FUTURE, Flight, InflightLedger
+from liftbridge_nats._inflight import CID, DEADLINE, FUTURE, AckFuture, Flight, InflightLedger
+from liftbridge_nats._memtransport import MemoryTransport
 from liftbridge_nats._proto import api_pb2
 from liftbridge_nats.acks import AckListener
 from liftbridge_nats.envelope import MsgType, encode
@@ -25,14 +26,7 @@ from liftbridge_nats.messages import Ack
 
 def _flight(loop: asyncio.AbstractEventLoop, cid: str, in_seconds: float) -> Flight:
     deadline = loop.time() + in_seconds
-    return (loop.create_future(), cid, "subj", b"data", deadline, "", deadline, 0)
-
-
-class _FakeNC:
-    """Just enough of a nats-py client for the listener's constructor."""
-
-    def new_inbox(self) -> str:
-        return "_INBOX.unit"
+    return (AckFuture(loop=loop), cid, "subj", b"data", deadline, b"", deadline, 0)
 
 
 async def test_ledger_expires_in_deadline_order_with_one_timer() -> None:
@@ -57,7 +51,7 @@ async def test_ledger_settle_unknown_and_discard() -> None:
     flight = _flight(loop, "x", 5)
     ledger.add(flight, True)
     assert ledger.settle("nope") is None
-    other = loop.create_future()
+    other = AckFuture(loop=loop)
     ledger.discard("x", other)  # not its future: kept
     assert "x" in ledger
     ledger.discard("x", flight[FUTURE])
@@ -129,7 +123,7 @@ def _ack_bytes(cid: str, error: int = 0, offset: int = 3) -> bytes:
 async def test_listener_settles_and_counts_everything_else() -> None:
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=10, on_expired=lambda f: None)
-    listener = AckListener(_FakeNC(), ledger)
+    listener = AckListener(MemoryTransport(), ledger)
     flights = {cid: _flight(loop, cid, 5) for cid in ["ok", "occ", "big", "enc", "unk", "gone"]}
     for f in flights.values():
         ledger.add(f, True)
@@ -158,7 +152,7 @@ async def test_listener_settles_and_counts_everything_else() -> None:
     ]:
         exc = flights[cid][FUTURE].exception()
         assert type(exc) is exc_type, (cid, exc)
-        assert exc.correlation_id == cid  # type: ignore[union-attr]
+        assert exc.correlation_id == cid
     stats = listener.stats
     assert (stats.acks_matched, stats.acks_rejected) == (5, 4)
     assert stats.acks_unmatched == 3
@@ -172,7 +166,7 @@ async def test_listener_settles_and_counts_everything_else() -> None:
 async def test_listener_ignores_acks_for_cancelled_futures() -> None:
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=10, on_expired=lambda f: None)
-    listener = AckListener(_FakeNC(), ledger)
+    listener = AckListener(MemoryTransport(), ledger)
     flight = _flight(loop, "c", 5)
     ledger.add(flight, True)
     flight[FUTURE].cancel()
@@ -185,7 +179,7 @@ async def test_listener_ignores_acks_for_cancelled_futures() -> None:
 async def test_listener_marks_refused_resent_copies() -> None:
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=10, on_expired=lambda f: None)
-    listener = AckListener(_FakeNC(), ledger)
+    listener = AckListener(MemoryTransport(), ledger)
     first, resent = _flight(loop, "first", 5), _flight(loop, "again", 5)
     resent = (*resent[:7], 1)  # attempt 1: a re-sent copy
     ledger.add(first, True)
@@ -208,7 +202,7 @@ async def test_listener_memory_does_not_grow_with_the_number_of_acks() -> None:
     # grew the process by ~90 bytes per ack (about 27 MiB for these 300k).
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=10, on_expired=lambda f: None)
-    listener = AckListener(_FakeNC(), ledger)
+    listener = AckListener(MemoryTransport(), ledger)
     data = _ack_bytes("c" * 24)
     for _ in range(20_000):  # warm up allocator pools
         listener.handle(data)

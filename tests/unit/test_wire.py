@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from liftbridge_nats import AckError, AckPolicy, EnvelopeError, MsgType, envelope, wire
+from liftbridge_nats import Ack, AckError, AckPolicy, EnvelopeError, MsgType, envelope, wire
 from liftbridge_nats._proto import api_pb2
 
 header_names = st.text(min_size=1, max_size=12)
@@ -161,3 +161,44 @@ def test_random_ack_payloads_raise_only_envelope_error(payload: bytes) -> None:
         ):
             with contextlib.suppress(EnvelopeError):
                 decoder(data)
+
+
+def test_an_ack_view_is_the_same_ack_read_on_first_access() -> None:
+    import copy
+    import dataclasses
+    import pickle
+
+    from liftbridge_nats.errors import LiftbridgeError
+
+    pb = api_pb2.Ack(
+        stream="s",
+        partitionSubject="s.1",
+        msgSubject="s.1",
+        offset=41,
+        ackInbox="_INBOX.x.ack",
+        correlationId="c-1",
+        ackPolicy=api_pb2.AckPolicy.ALL,
+        receptionTimestamp=5,
+        commitTimestamp=6,
+    )
+    data = pb.SerializeToString()
+    eager = wire.ack_from_proto(api_pb2.Ack.FromString(data))
+
+    def view() -> Ack:
+        return wire.ack_view(api_pb2.Ack.FromString(data))
+
+    assert isinstance(view(), Ack)
+    assert view() == eager and eager == view() and hash(view()) == hash(eager)
+    assert repr(view()) == repr(eager)
+    assert pickle.loads(pickle.dumps(view())) == eager
+    assert copy.copy(view()) == eager and copy.deepcopy(view()) == eager
+    assert dataclasses.asdict(view()) == dataclasses.asdict(eager)
+    assert dataclasses.replace(view(), offset=7).offset == 7
+    read = view()
+    assert read.offset == 41 and read.ack_policy is AckPolicy.ALL
+    assert type(read) is Ack  # a plain Ack once read
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        read.offset = 1  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        view().offset = 1  # type: ignore[misc]
+    assert not isinstance(view(), LiftbridgeError)

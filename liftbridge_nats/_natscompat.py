@@ -1,0 +1,350 @@
+"""Every access to nats-py's private attributes, in one module: the publisher's fast path.
+
+The public ``await nc.publish(...)`` and an ordinary subscription callback cost about as
+much per message as everything else the publisher does. nats-py's own work is small:
+a publish appends a ``PUB`` command to the client's outgoing buffer and wakes its
+flusher task; an incoming message goes from the protocol parser to ``_process_msg``.
+The fast path does exactly that, synchronously:
+
+* :class:`DirectWriter` appends ``PUB`` commands to the client's outgoing buffer
+  (``_pending``, ``_pending_data_size``) and wakes the flusher through ``_flush_queue``,
+  as ``nc.publish`` does. When the buffer is over the client's pending limit it refuses
+  the command and :meth:`DirectWriter.wait_writable` waits until the flusher has
+  written the buffer out: the same backpressure ``nc.publish`` applies, without leaving
+  the fast path;
+* :class:`DirectAcks` puts one dispatcher in place of the client's ``_process_msg``
+  (an attribute of that client object only; the class is untouched): a plain message
+  for a registered subscription goes to its handler at once, everything else
+  (status messages such as "no responders", other subscriptions) to the original
+  method. The dispatcher is shared by every publisher on the connection and removed
+  when the last one leaves.
+
+:func:`probe` checks once, when a publisher is built, that the client looks like the
+nats-py this was written for (the range pyproject allows; CI runs the oldest and the
+newest). When it does not, it says why, and the publisher uses nats-py's public API
+only: same bytes on the wire, same results, slower. That fallback is for an unexpected
+client, never a way to handle load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["DirectAcks", "DirectWriter", "Probe", "is_installed", "probe"]
+
+_log = logging.getLogger("liftbridge_nats.publisher")
+
+_SUBJECT_CACHE_LIMIT = 4096
+_CRLF = b"\r\n"
+# " <size>\r\n" (after a reply subject) and "<size>\r\n", by payload size.
+# Each with the bytes it adds to the pending buffer together with the payload and CRLF.
+_TAILS_AFTER_REPLY: dict[int, tuple[bytes, int]] = {}
+_TAILS: dict[int, tuple[bytes, int]] = {}
+
+
+def _tail(size: int, after_reply: bool) -> tuple[bytes, int]:
+    tails = _TAILS_AFTER_REPLY if after_reply else _TAILS
+    if len(tails) >= _SUBJECT_CACHE_LIMIT:
+        tails.clear()
+    tail = (b" %d\r\n" if after_reply else b"%d\r\n") % size
+    entry = tails[size] = (tail, len(tail) + size + 2)
+    return entry
+
+
+# While waiting for the flusher, look again this often: a flusher that died with the
+# connection never resolves the future it was handed.
+_DRAIN_POLL = 0.05
+# The attribute of a nats-py client that holds the ack routing table (set by us).
+_TABLE_ATTR = "_liftbridge_nats_direct_acks"
+
+Handler = Callable[[bytes], None]
+ProcessMsg = Callable[[int, bytes, bytes, bytes, Any], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """Whether the fast path can be used with a client, and why not when it cannot."""
+
+    ok: bool
+    reason: str = ""
+
+
+def probe(nc: Any) -> Probe:
+    """Check the private attributes the fast path uses; never raises."""
+    try:
+        checks = (
+            (isinstance(getattr(type(nc), "CONNECTED", None), int), "no CONNECTED status"),
+            (isinstance(getattr(nc, "_status", None), int), "no int _status"),
+            (isinstance(getattr(nc, "_pending", None), list), "no _pending list"),
+            (isinstance(getattr(nc, "_pending_data_size", None), int), "no _pending_data_size"),
+            (isinstance(getattr(nc, "_max_pending_size", None), int), "no _max_pending_size"),
+            (isinstance(getattr(nc, "_flush_queue", None), asyncio.Queue), "no _flush_queue"),
+            (
+                isinstance(getattr(getattr(nc, "_flush_queue", None), "_queue", None), deque),
+                "no deque in _flush_queue",
+            ),
+            (hasattr(nc, "_flusher_task"), "no _flusher_task"),
+            (_has_counters(nc, "out_msgs", "out_bytes", "in_msgs", "in_bytes"), "no stats"),
+            (_process_msg_ok(nc), "_process_msg has another signature"),
+        )
+    except Exception as exc:  # a client whose attributes raise is no client we know
+        return Probe(False, f"inspecting the client failed: {exc!r}")
+    missing = [why for ok, why in checks if not ok]
+    if missing:
+        return Probe(
+            False,
+            f"{type(nc).__module__}.{type(nc).__qualname__} does not look like the nats-py "
+            f"client this version was written for ({'; '.join(missing)})",
+        )
+    return Probe(True)
+
+
+def _has_counters(nc: Any, *names: str) -> bool:
+    stats = getattr(nc, "stats", None)
+    return isinstance(stats, dict) and all(name in stats for name in names)
+
+
+def _process_msg_ok(nc: Any) -> bool:
+    process = getattr(nc, "_process_msg", None)
+    if process is None:
+        return False
+    if isinstance(getattr(nc, _TABLE_ATTR, None), _RouteTable):
+        return True  # our dispatcher (a plain function), installed by another publisher
+    if not inspect.iscoroutinefunction(process):
+        return False
+    try:
+        params = list(inspect.signature(process).parameters)
+    except (TypeError, ValueError):
+        return False
+    return params == ["sid", "subject", "reply", "data", "headers"]
+
+
+class DirectWriter:
+    """Appends ``PUB`` commands to a nats-py client's outgoing buffer.
+
+    Use only on a client :func:`probe` accepted. :meth:`write` returns False when the
+    command was not taken: the client is not connected (or draining), its flusher is
+    not running, or the buffer is over its pending limit (then :attr:`congested` is
+    True and :meth:`wait_writable` waits for the flusher).
+    """
+
+    __slots__ = (
+        "_connected",
+        "_flushed",
+        "_heads",
+        "_loop",
+        "_nc",
+        "_timer",
+        "_waiters",
+        "congested",
+        "sent",
+    )
+
+    def __init__(self, nc: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._nc = nc
+        self._loop = loop
+        self._heads: dict[str, tuple[bytes, int]] = {}
+        # Connected and not draining, in one comparison (what is_connected and
+        # is_draining_pubs look at).
+        self._connected = type(nc).CONNECTED
+        # The last flusher wake-up we queued: resolved once the flusher wrote the
+        # buffer that held our commands.
+        self._flushed: asyncio.Future[None] | None = None
+        self._waiters: list[asyncio.Future[None]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self.congested = False
+        self.sent = 0
+
+    def write(self, subject: str, reply: bytes, data: bytes) -> bool:
+        """Queue one message for the client's flusher; False if it was not taken."""
+        nc = self._nc
+        if nc._status != self._connected:
+            self.congested = False
+            return False
+        head = self._heads.get(subject)
+        if head is None:
+            head = self._head(subject)
+        size = len(data)
+        # The command goes in as pieces ("PUB <subject> ", reply, " <size>\r\n", payload,
+        # "\r\n"): the flusher joins the whole buffer anyway, so nothing is joined
+        # twice and the payload is copied once.
+        if reply:
+            tail = _TAILS_AFTER_REPLY.get(size) or _tail(size, True)
+            pieces: tuple[bytes, ...] = (head[0], reply, tail[0], data, _CRLF)
+            pending_size = nc._pending_data_size + head[1] + len(reply) + tail[1]
+        else:
+            tail = _TAILS.get(size) or _tail(size, False)
+            pieces = (head[0], tail[0], data, _CRLF)
+            pending_size = nc._pending_data_size + head[1] + tail[1]
+        if pending_size > nc._max_pending_size > 0 and nc._pending_data_size:
+            # nc.publish would append it and then wait for the flusher; refusing it
+            # lets the caller keep it (in order) until the flusher caught up.
+            self.congested = True
+            return False
+        queue = nc._flush_queue
+        if not queue._queue:  # asyncio.Queue.empty(), without the call
+            # Nothing queued for the flusher: make sure it runs, then wake it once (what
+            # nc.publish does through _flush_pending).
+            flusher = nc._flusher_task
+            if flusher is None or flusher.done():
+                self.congested = False
+                return False
+            self._flushed = flushed = self._loop.create_future()
+            queue.put_nowait(flushed)
+        nc._pending.extend(pieces)
+        nc._pending_data_size = pending_size
+        stats = nc.stats
+        stats["out_msgs"] += 1
+        stats["out_bytes"] += size
+        self.sent += 1
+        return True
+
+    @property
+    def usable(self) -> bool:
+        """True while the client is connected and its flusher runs."""
+        nc = self._nc
+        flusher = nc._flusher_task
+        return nc._status == self._connected and flusher is not None and not flusher.done()
+
+    async def wait_writable(self) -> None:
+        """Wait until the flusher has written out the buffer as it is now, or a short
+        while (``_DRAIN_POLL``) passed; the caller then tries :meth:`write` again.
+
+        Every waiter shares one flusher wake-up and one timer, so a burst of thousands
+        of refused publishes costs one future each, not one flush each.
+        """
+        if not self.usable:
+            return
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        self._waiters.append(waiter)
+        if len(self._waiters) == 1:
+            flushed = self._flushed
+            queue = self._nc._flush_queue
+            if (flushed is None or flushed.done()) and not queue.full():
+                self._flushed = flushed = self._loop.create_future()
+                queue.put_nowait(flushed)
+            if flushed is not None and not flushed.done():
+                flushed.add_done_callback(self._wake)
+            # A flusher that died with the connection never resolves its future.
+            self._timer = self._loop.call_later(_DRAIN_POLL, self._wake)
+        await waiter
+
+    def _wake(self, _: object = None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _head(self, subject: str) -> tuple[bytes, int]:
+        if len(self._heads) >= _SUBJECT_CACHE_LIMIT:
+            self._heads.clear()
+        head = b"PUB %b " % subject.encode()
+        entry = self._heads[subject] = (head, len(head))
+        return entry
+
+
+class _RouteTable:
+    """The dispatcher installed on one client, and the handlers it serves."""
+
+    __slots__ = ("handlers", "original", "shadowed")
+
+    def __init__(self, original: ProcessMsg, shadowed: ProcessMsg | None) -> None:
+        self.original = original
+        # An instance attribute that was there before us (to put back), if any.
+        self.shadowed = shadowed
+        self.handlers: dict[int, Handler] = {}
+
+
+def _make_dispatcher(nc: Any, table: _RouteTable) -> Callable[..., Awaitable[None]]:
+    handlers = table.handlers
+    original = table.original
+    stats = nc.stats
+    # nats-py's parser awaits what _process_msg returns. For our acks that is a future
+    # that is already done: no coroutine object and frame per ack.
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    done.set_result(None)
+
+    def process_msg(
+        sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any
+    ) -> Awaitable[None]:
+        handler = handlers.get(sid)
+        if handler is None or headers is not None:
+            return original(sid, subject, reply, data, headers)
+        stats["in_msgs"] += 1
+        stats["in_bytes"] += len(data)
+        try:
+            handler(data)
+        except Exception:  # never break the client's read loop on our account
+            _log.exception("liftbridge-nats: an ack handler failed")
+        return done
+
+    return process_msg
+
+
+class DirectAcks:
+    """One subscription's registration in its client's dispatcher.
+
+    :meth:`attach` returns False (and changes nothing) when the client does not look
+    like the nats-py this was written for; the subscription then keeps receiving its
+    messages the ordinary way.
+    """
+
+    __slots__ = ("_nc", "_sid")
+
+    def __init__(self, nc: Any) -> None:
+        self._nc = nc
+        self._sid: int | None = None
+
+    @property
+    def attached(self) -> bool:
+        """True while messages of the subscription bypass its queue."""
+        return self._sid is not None
+
+    def attach(self, subscription: Any, handler: Handler) -> bool:
+        """Send plain messages of ``subscription`` to ``handler`` from now on."""
+        nc = self._nc
+        sid = getattr(subscription, "_id", None)
+        if self._sid is not None or not isinstance(sid, int) or not _process_msg_ok(nc):
+            return False
+        if not _has_counters(nc, "in_msgs", "in_bytes"):
+            return False
+        table = getattr(nc, _TABLE_ATTR, None)
+        if not isinstance(table, _RouteTable):
+            table = _RouteTable(nc._process_msg, vars(nc).get("_process_msg"))
+            setattr(nc, _TABLE_ATTR, table)
+            nc._process_msg = _make_dispatcher(nc, table)
+        table.handlers[sid] = handler
+        self._sid = sid
+        return True
+
+    def detach(self) -> None:
+        """Stop bypassing; the last registration of a client restores its method."""
+        sid, self._sid = self._sid, None
+        if sid is None:
+            return
+        nc = self._nc
+        table = getattr(nc, _TABLE_ATTR, None)
+        if not isinstance(table, _RouteTable):
+            return
+        table.handlers.pop(sid, None)
+        if not table.handlers:
+            # The client's own method again, as if we had never been there.
+            if table.shadowed is not None:
+                nc._process_msg = table.shadowed
+            elif "_process_msg" in vars(nc):
+                del nc._process_msg
+            delattr(nc, _TABLE_ATTR)
+
+
+def is_installed(nc: Any) -> bool:
+    """True while a dispatcher of ours sits on ``nc`` (for tests)."""
+    return isinstance(getattr(nc, _TABLE_ATTR, None), _RouteTable)

@@ -1,0 +1,298 @@
+"""The Publisher, its sender and its ack listener over the in-memory transport: ordering,
+backpressure, deadlines, cancellation and close, in milliseconds and without servers.
+The integration and fault tests prove the same against real servers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+
+from liftbridge_nats._memtransport import MemoryTransport, Sent, auto_ack
+from liftbridge_nats.errors import (
+    AckTimeoutError,
+    IncorrectOffsetError,
+    InvalidArgumentError,
+    NoRespondersError,
+    NotConnectedError,
+    PublisherClosedError,
+)
+from liftbridge_nats.messages import Ack, AckError, AckPolicy
+from liftbridge_nats.publisher import Publisher
+
+
+def _offsets(acks: Iterable[Ack | None]) -> list[int]:
+    """The offsets of acks that must all be there."""
+    out = []
+    for ack in acks:
+        assert ack is not None
+        out.append(ack.offset)
+    return out
+
+
+def _offset(ack: Ack | None) -> int:
+    return _offsets([ack])[0]
+
+
+def _cids(sent: list[Sent]) -> list[str]:
+    return [s.published.correlation_id for s in sent]
+
+
+async def test_messages_go_out_and_are_acked_in_publishing_order() -> None:
+    transport = MemoryTransport(responder=auto_ack)
+    async with Publisher(transport) as pub:
+        assert pub.fast_path
+        futures = [await pub.publish_nowait("s", b"v%d" % i) for i in range(1000)]
+        acks = await asyncio.gather(*futures)
+        keyed = await pub.publish("s", b"k", key=b"key", headers={"h": b"1"})
+    assert _offsets(acks) == list(range(1000))
+    assert [s.published.message.value for s in transport.delivered[:1000]] == [
+        b"v%d" % i for i in range(1000)
+    ]
+    assert isinstance(keyed, Ack) and keyed.offset == 1000
+    assert transport.delivered[-1].published.message.key == b"key"
+    stats = pub.stats
+    assert stats.acked == 1001 and stats.pending == 0
+    assert stats.fast_path_sent == 1001 and stats.public_api_sent == 0
+
+
+async def test_fast_path_off_uses_the_public_path_with_the_same_results() -> None:
+    transport = MemoryTransport(responder=auto_ack, fast_path=False)
+    async with Publisher(transport) as pub:
+        assert not pub.fast_path and pub.fast_path.reason
+        acks = await asyncio.gather(*(pub.publish("s", b"v%d" % i) for i in range(100)))
+    assert sorted(_offsets(acks)) == list(range(100))
+    assert pub.stats.fast_path_sent == 0 and pub.stats.public_api_sent == 100
+
+
+async def test_max_inflight_makes_publish_nowait_wait_for_acks() -> None:
+    transport = MemoryTransport()
+    async with Publisher(transport, max_inflight=4) as pub:
+        futures = [await pub.publish_nowait("s", b"x") for _ in range(4)]
+        fifth = asyncio.ensure_future(pub.publish_nowait("s", b"y"))
+        await asyncio.sleep(0.02)
+        assert not fifth.done() and pub.pending == 4
+        for sent in transport.delivered[:2]:
+            transport.ack(sent)  # down to the low-water mark (3): room again
+        future = await asyncio.wait_for(fifth, 1)
+        for sent in transport.delivered[2:]:
+            transport.ack(sent)
+        assert _offsets(await asyncio.gather(*futures, future)) == [0, 1, 2, 3, 4]
+
+
+async def test_a_full_buffer_is_waited_out_on_the_fast_path() -> None:
+    transport = MemoryTransport(responder=auto_ack, buffer_limit=2_000)
+    async with Publisher(transport) as pub:
+        transport.hold()  # a stalled socket: nothing leaves the buffer
+        burst = asyncio.gather(*(pub.publish("s", b"v%04d" % i) for i in range(500)))
+        await asyncio.sleep(0.05)
+        assert not burst.done()
+        assert 0 < len(transport.buffer) < 500 and not transport.delivered
+        transport.release()
+        acks = await asyncio.wait_for(burst, 5)
+    assert sorted(_offsets(acks)) == list(range(500))
+    assert transport.flushes > 1
+    # Every message took the fast path, none fell back to the public one.
+    assert pub.stats.fast_path_sent == 500 and pub.stats.public_api_sent == 0
+
+
+async def test_every_publish_ends_by_its_deadline_even_when_nothing_leaves() -> None:
+    transport = MemoryTransport(responder=auto_ack, buffer_limit=500)
+    async with Publisher(transport, ack_timeout=0.2) as pub:
+        transport.hold()
+        started = time.monotonic()
+        results = await asyncio.gather(
+            *(pub.publish("s", b"x" * 100) for _ in range(50)), return_exceptions=True
+        )
+        elapsed = time.monotonic() - started
+        assert all(isinstance(r, AckTimeoutError) for r in results)
+        assert elapsed < 1.0
+        assert pub.pending == 0 and pub.stats.timed_out == 50
+
+
+async def test_no_ack_times_out_and_a_late_ack_is_only_counted() -> None:
+    transport = MemoryTransport()
+    async with Publisher(transport, ack_timeout=0.05) as pub:
+        with pytest.raises(AckTimeoutError):
+            await pub.publish("s", b"x")
+        transport.ack(transport.delivered[0])
+        assert pub.stats.acks_unmatched == 1 and pub.stats.acked == 0
+
+
+async def test_cancelling_a_publish_that_waits_for_the_buffer_sends_nothing() -> None:
+    transport = MemoryTransport(buffer_limit=150)
+    async with Publisher(transport) as pub:
+        transport.hold()
+        first = await pub.publish_nowait("s", b"x" * 100)
+        waiting = asyncio.ensure_future(pub.publish("s", b"y" * 100))
+        await asyncio.sleep(0.03)
+        assert pub.pending == 2 and len(transport.buffer) == 1
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert pub.pending == 1
+        transport.release()
+        await asyncio.sleep(0.01)
+        assert len(transport.delivered) == 1
+        transport.ack(transport.delivered[0])
+        assert _offset(await first) == 0
+
+
+async def test_close_waits_for_acks_then_fails_the_rest() -> None:
+    transport = MemoryTransport()
+    pub = await Publisher(transport).start()
+    answered = await pub.publish_nowait("s", b"a")
+    unanswered = await pub.publish_nowait("s", b"b")
+    await asyncio.sleep(0)
+    asyncio.get_running_loop().call_later(0.02, transport.ack, transport.delivered[0])
+    await pub.close(timeout=0.1)
+    assert _offset(await answered) == 0
+    with pytest.raises(PublisherClosedError):
+        await unanswered
+    with pytest.raises(PublisherClosedError):
+        await pub.publish("s", b"c")
+    assert pub.closed and pub.pending == 0
+    assert not transport._inboxes  # the ack subscription is gone
+    await pub.close()  # idempotent
+
+
+async def test_messages_wait_for_a_reconnect_in_order() -> None:
+    transport = MemoryTransport(responder=auto_ack)
+    async with Publisher(transport, ack_timeout=2) as pub:
+        transport.disconnect()
+        futures = [await pub.publish_nowait("s", b"v%d" % i) for i in range(20)]
+        await asyncio.sleep(0.05)
+        assert pub.stats.buffered == 20 and not transport.delivered
+        transport.reconnect()
+        acks = await asyncio.gather(*futures)
+    assert _offsets(acks) == list(range(20))
+    assert [s.published.message.value for s in transport.delivered] == [
+        b"v%d" % i for i in range(20)
+    ]
+
+
+async def test_closing_while_disconnected_fails_what_was_never_sent() -> None:
+    transport = MemoryTransport()
+    pub = await Publisher(transport).start()
+    transport.disconnect()
+    future = await pub.publish_nowait("s", b"x")
+    await pub.close(timeout=0)
+    with pytest.raises(PublisherClosedError, match=r"not sent|arrived"):
+        await future
+    assert not transport.delivered
+
+
+async def test_a_closed_connection_refuses_to_start_and_to_send() -> None:
+    transport = MemoryTransport()
+    async with Publisher(transport) as pub:
+        transport.close()
+        with pytest.raises(NotConnectedError):
+            await pub.publish("s", b"x")
+    with pytest.raises(NotConnectedError):
+        await Publisher(transport).start()
+
+
+async def test_no_responders_fails_at_once_or_is_sent_again_with_retry() -> None:
+    transport = MemoryTransport()
+    transport.responder = lambda t, sent: t.no_responders(sent)
+    async with Publisher(transport, ack_timeout=5) as pub:
+        with pytest.raises(NoRespondersError):
+            await pub.publish("s", b"x")
+    answers = iter(["503", "ack"])
+
+    def flaky(t: MemoryTransport, sent: Sent) -> None:
+        if next(answers) == "503":
+            t.no_responders(sent)
+        else:
+            t.ack(sent)
+
+    transport = MemoryTransport(responder=flaky)
+    async with Publisher(transport, ack_timeout=5, retry=True) as pub:
+        ack = await pub.publish("s", b"x")
+    assert ack is not None and ack.offset == 0
+    assert _cids(transport.delivered)[0] == _cids(transport.delivered)[1]  # the same message
+    assert pub.stats.no_responders == 1 and pub.stats.resent == 1
+
+
+async def test_an_ack_error_becomes_its_typed_exception_and_none_needs_no_ack() -> None:
+    transport = MemoryTransport()
+    transport.responder = lambda t, sent: t.ack(sent, error=AckError.INCORRECT_OFFSET)
+    async with Publisher(transport) as pub:
+        with pytest.raises(IncorrectOffsetError):
+            await pub.publish("s", b"x", expected_offset=3)
+        assert await pub.publish("s", b"y", ack_policy=AckPolicy.NONE) is None
+        assert pub.stats.rejected == 1 and pub.stats.published == 2
+
+
+async def test_flush_waits_for_every_ack() -> None:
+    transport = MemoryTransport()
+    async with Publisher(transport) as pub:
+        futures = [await pub.publish_nowait("s", b"x") for _ in range(10)]
+        flushing = asyncio.ensure_future(pub.flush())
+        await asyncio.sleep(0.01)
+        assert not flushing.done()
+        for sent in transport.delivered:
+            transport.ack(sent)
+        await asyncio.wait_for(flushing, 1)
+        assert all(f.done() for f in futures)
+
+
+async def test_publish_works_with_await_gather_tasks_and_wait_for() -> None:
+    transport = MemoryTransport(responder=auto_ack)
+    async with Publisher(transport) as pub:
+        call = pub.publish("s", b"a")  # sent now; the ack comes with the awaitable
+        assert asyncio.iscoroutine(call)
+        task = asyncio.create_task(pub.publish("s", b"b"))
+        gathered = await asyncio.gather(call, pub.publish("s", b"c"))
+        timed = await asyncio.wait_for(pub.publish("s", b"d"), 1)
+        assert _offsets((*gathered, await task, timed)) == [0, 2, 1, 3]
+        # A bad argument raises where the call is awaited, as with a coroutine.
+        bad = pub.publish("s", "not bytes")  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            await bad
+        # Waiting for the room in max_inflight takes a coroutine: still awaitable.
+        nowait = await pub.publish_nowait("s", b"e")
+        assert _offset(await nowait) == 4
+        done, _ = await asyncio.wait([await pub.publish_nowait("s", b"f")], timeout=1)
+        assert len(done) == 1
+
+
+async def test_cancelling_the_task_of_a_publish_forgets_the_message() -> None:
+    transport = MemoryTransport()
+    async with Publisher(transport) as pub:
+        task = asyncio.create_task(pub.publish("s", b"x"))
+        await asyncio.sleep(0.01)
+        assert pub.pending == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert pub.pending == 0
+        transport.ack(transport.delivered[0])  # a late ack is only counted
+        assert pub.stats.acks_unmatched == 1
+        gathered = asyncio.gather(*(pub.publish("s", b"y") for _ in range(10)))
+        await asyncio.sleep(0.01)
+        gathered.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gathered
+        assert pub.pending == 0
+
+
+async def test_headers_are_checked_on_the_keyed_path_too() -> None:
+    transport = MemoryTransport(responder=auto_ack)
+    async with Publisher(transport) as pub:
+        await pub.publish("s", b"warm-up")  # the subject is known from now on
+        bad_headers: list[Any] = [{"h": bytearray(b"v")}, {"h": 1}, {"": b"v"}]
+        for bad in bad_headers:
+            with pytest.raises(InvalidArgumentError):
+                await pub.publish("s", b"v", key=b"k", headers=bad)
+        with pytest.raises(TypeError):
+            await pub.publish("s", b"v", key="k")  # type: ignore[arg-type]
+        ack = await pub.publish("s", b"v", key=b"k", headers={"h": b"1"})
+        again = await pub.publish("s", b"w", key=b"k", headers={"h": b"1"})
+        assert ack is not None and again is not None and again.offset == ack.offset + 1
+    sent = transport.delivered[-1].published.message
+    assert sent.key == b"k" and sent.headers == {"h": b"1"} and sent.value == b"w"
+    assert pub.stats.published == 3
