@@ -1,6 +1,7 @@
-"""ContainerCluster itself: addresses on 127.0.0.1 only, the image it runs, its faults
-(kill, stop, pause, restart of nodes and NATS), and its clean-up after a normal stop, a
-failed start, a cancelled start, Ctrl-C and a killed test process."""
+"""ContainerCluster itself: containers made by testcontainers with its reaper off,
+addresses on 127.0.0.1 only, the image it runs, its faults (kill, stop, pause, restart of
+nodes and NATS), and its clean-up after a normal stop, a failed start, a cancelled start,
+Ctrl-C and a killed test process."""
 
 from __future__ import annotations
 
