@@ -20,7 +20,7 @@ Instruments (names follow the OpenTelemetry messaging conventions where one exis
 ``liftbridge.publisher.buffered``           gauge (By)          bytes waiting for NATS
 ``messaging.client.operation.duration``     histogram (s)       publish to ack (sampled)
 ``messaging.client.consumed.messages``      counter             read, per stream/partition
-``liftbridge.client.consumed.bytes``        counter (By)        value bytes read, likewise
+``liftbridge.client.consumed.bytes``        counter (By)        message bytes read, likewise
 =========================================  ==================  ===========================
 
 Counters are cumulative for the process: a publisher that closes hands its final counts
@@ -33,7 +33,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeGuard
 
 from ._tracing import (
     DESTINATION,
@@ -60,6 +60,7 @@ __all__ = [
     "PublishSource",
     "ReadCell",
     "default_metrics",
+    "metrics_for",
 ]
 
 ACK_LATENCY_BUCKETS: Final = (
@@ -143,8 +144,13 @@ class PublishSource(Protocol):
 class ReadCell:
     """Counters of one (stream, partition[, group]) read by this process.
 
-    A reader adds to ``messages`` and ``bytes`` per message it delivers (two integer
-    additions); cells live as long as the registry, so totals survive resubscribes.
+    ``messages`` counts the messages readers handed to their consumer (one that
+    failed to deserialize included); ``bytes`` their size as the broker sent them (the
+    encoded record: value, key, headers, subject...; no gRPC or HTTP/2 framing).
+    Readers add in bulk, from the flow-control accounting they keep anyway: when
+    their buffer drains, when they grant window back (every half window at most)
+    and when their call ends. Cells live as long as the registry, so totals survive
+    resubscribes.
     """
 
     messages: int = 0
@@ -291,7 +297,8 @@ class Metrics:
             "liftbridge.client.consumed.bytes",
             [lambda _: self._observe_cells(lambda c: c.bytes)],
             "By",
-            "Value bytes delivered by subscriptions and consumers, per stream and partition.",
+            "Bytes of the messages delivered by subscriptions and consumers (as the broker "
+            "sent them), per stream and partition.",
         )
 
     def _totals(self) -> PublishCounts:
@@ -363,3 +370,41 @@ def default_metrics() -> Metrics:
             if _default is None:
                 _default = Metrics()
     return _default
+
+
+# One registry per explicit meter provider: instruments are registered once per
+# provider, and every client and publisher given that provider reports through them.
+_by_provider: weakref.WeakKeyDictionary[Any, Metrics] = weakref.WeakKeyDictionary()
+
+
+def metrics_for(setting: object) -> Metrics | None:
+    """What a ``metrics`` argument (of a client or publisher) asks for.
+
+    ``True``: the process's registry on the global meter provider, or None when
+    ``opentelemetry-api`` is not installed (nothing would read the counters);
+    ``False``: None; an OpenTelemetry ``MeterProvider``: that provider's registry
+    (the same object for every caller giving the same provider). Anything else is a
+    TypeError.
+    """
+    if setting is False:
+        return None
+    if setting is True:
+        registry = default_metrics()
+        return registry if registry.enabled else None
+    if _is_meter_provider(setting):
+        with _default_lock:
+            found = _by_provider.get(setting)
+            if found is None:
+                found = _by_provider[setting] = Metrics(setting)
+        return found
+    raise TypeError(
+        f"metrics must be True, False or an OpenTelemetry MeterProvider, got {setting!r}"
+    )
+
+
+def _is_meter_provider(obj: object) -> TypeGuard[MeterProvider]:
+    try:
+        from opentelemetry.metrics import MeterProvider as ApiMeterProvider
+    except ImportError:
+        return False
+    return isinstance(obj, ApiMeterProvider)

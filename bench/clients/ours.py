@@ -242,12 +242,48 @@ async def latency(spec: dict[str, Any]) -> dict[str, Any]:
         await nc.close()
 
 
+def _read_metrics(setting: str) -> Any:
+    """The Client's ``metrics`` argument for a subscribe case: ``default`` (the global
+    provider: the opentelemetry-api with no SDK, here), ``off``, or ``sdk``: a meter
+    provider whose periodic reader collects every second into an exporter that drops
+    the data (what a deployment pays, minus its network)."""
+    if setting == "off":
+        return False
+    if setting == "default":
+        return True
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import (
+        MetricExporter,
+        MetricExportResult,
+        MetricsData,
+        PeriodicExportingMetricReader,
+    )
+
+    class Dropping(MetricExporter):
+        def export(
+            self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+        ) -> MetricExportResult:
+            return MetricExportResult.SUCCESS
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True
+
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+            return None
+
+    reader = PeriodicExportingMetricReader(Dropping(), export_interval_millis=1000)
+    return MeterProvider(metric_readers=[reader])
+
+
 async def subscribe(spec: dict[str, Any]) -> dict[str, Any]:
-    """Read ``count`` messages from offset 0 of one partition with ``Client.subscribe``."""
+    """Read ``count`` messages from offset 0 of one partition with ``Client.subscribe``
+    (read metrics as ``spec["metrics"]`` says: see :func:`_read_metrics`)."""
     from liftbridge_nats.client import Client
 
     count = spec["count"]
-    async with Client(spec["brokers"]) as client:
+    async with Client(
+        spec["brokers"], metrics=_read_metrics(spec.get("metrics", "default"))
+    ) as client:
         meter = Meter()
         meter.start()
         seen = 0

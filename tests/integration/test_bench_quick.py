@@ -63,7 +63,8 @@ def test_quick_mode_produces_every_case(tmp_path: Path) -> None:
     clients = {case["client"] for case in record["cases"]}
     for client in (plan.OURS, plan.BARE, plan.RAW, plan.GUFO_BULK, plan.GUFO_UNARY,
                    plan.GO_ASYNC, plan.GO_SYNC, plan.GO_SUB, plan.GUFO_SUB, plan.GRPC_SUB, plan.OURS_UVLOOP,
-                   plan.GRPC_SYNC_SUB, *plan.FANOUT_CLIENTS, plan.GO_FANOUT, *plan.SERVICES):  # fmt: skip
+                   plan.GRPC_SYNC_SUB, *plan.FANOUT_CLIENTS, plan.GO_FANOUT, *plan.SERVICES,
+                   *plan.SUB_METRICS_CLIENTS):  # fmt: skip
         assert client in clients
     # The services' pattern and the key+headers messages, for ours and the Go peer alike.
     keyed = {case["client"] for case in record["cases"] if case.get("keyed")}
