@@ -339,7 +339,7 @@ def _target(
 def _publisher_default(name: str) -> Any:
     """A keyword default of our Publisher (None when it cannot be imported)."""
     try:
-        from liftbridge_nats.publisher import Publisher
+        from liftbridge_nats import Publisher
     except ImportError:
         return None
     parameter = inspect.signature(Publisher).parameters.get(name)

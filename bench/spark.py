@@ -133,14 +133,14 @@ class Meter:
 
 
 async def _create(brokers: list[str], name: str, partitions: int) -> None:
-    from liftbridge_nats.client import Client
+    from liftbridge_nats import Client
 
     async with Client(brokers) as client:
         await client.create_stream(name, name, partitions=partitions)
 
 
 async def _delete(brokers: list[str], name: str) -> None:
-    from liftbridge_nats.client import Client
+    from liftbridge_nats import Client
 
     async with Client(brokers) as client:
         await client.delete_stream(name)
@@ -150,9 +150,7 @@ async def _publish(nats_url: str, stream: str, partitions: int, rows: int, size:
     """``rows`` values round-robin over the partitions with ALL acks, one Publisher."""
     import nats
 
-    from liftbridge_nats.messages import AckPolicy
-    from liftbridge_nats.partitioning import partition_subject
-    from liftbridge_nats.publisher import Publisher
+    from liftbridge_nats import AckPolicy, Publisher, partition_subject
 
     subjects = [partition_subject(stream, p) for p in range(partitions)]
     value = payload(size)
@@ -169,8 +167,7 @@ async def _publish(nats_url: str, stream: str, partitions: int, rows: int, size:
 
 
 async def _subscribe(brokers: list[str], stream: str, rows: int) -> int:
-    from liftbridge_nats.client import Client
-    from liftbridge_nats.messages import StartPosition, StopPosition
+    from liftbridge_nats import Client, StartPosition, StopPosition
 
     seen = 0
     async with Client(brokers) as client:

@@ -14,9 +14,7 @@ import uuid
 
 from _example_cli import run_example
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.groups import Consumer
-from liftbridge_nats.lag import consumer_lag
+from liftbridge_nats import Client, Consumer, consumer_lag
 
 PARTITIONS = 2
 

@@ -13,11 +13,15 @@ import zlib
 import nats
 from _example_cli import run_example
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import NoRespondersError
-from liftbridge_nats.messages import AckPolicy
-from liftbridge_nats.partitioning import KeyPartitioner, RoundRobinPartitioner
-from liftbridge_nats.publisher import Publisher, PublishRecord
+from liftbridge_nats import (
+    AckPolicy,
+    Client,
+    KeyPartitioner,
+    NoRespondersError,
+    Publisher,
+    PublishRecord,
+    RoundRobinPartitioner,
+)
 
 
 async def main(brokers: list[str], nats_url: str) -> None:

@@ -19,9 +19,7 @@ import uuid
 import nats
 from _example_cli import run_example
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import AckPolicy, Client, Publisher, StartPosition, StopPosition
 
 
 class ProgressBar:

@@ -15,8 +15,7 @@ import uuid
 
 from _example_cli import run_example
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.groups import Consumer, ConsumerRebalanceListener, StreamPartition
+from liftbridge_nats import Client, Consumer, ConsumerRebalanceListener, StreamPartition
 
 PARTITIONS = 4
 ORDERS = 40

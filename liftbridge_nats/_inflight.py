@@ -27,8 +27,8 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Generator, Mapping, Sized
 from typing import Any, Final
 
-from .errors import PublisherClosedError
-from .messages import Ack
+from ._errors import PublisherClosedError
+from ._messages import Ack
 
 __all__ = [
     "ATTEMPT",

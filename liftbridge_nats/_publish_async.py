@@ -14,9 +14,7 @@ from typing import TYPE_CHECKING
 import grpc
 import grpc.aio
 
-from ._grpc import rpc_error
-from ._proto import api_pb2
-from .errors import (
+from ._errors import (
     AckLostError,
     AckTimeoutError,
     BadRequestError,
@@ -33,7 +31,9 @@ from .errors import (
     ServerError,
     for_ack_error,
 )
-from .messages import Ack, AckError
+from ._grpc import rpc_error
+from ._messages import Ack, AckError
+from ._proto import api_pb2
 from .wire import ack_from_proto
 
 if TYPE_CHECKING:

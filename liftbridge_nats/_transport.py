@@ -24,7 +24,7 @@ from typing import Any
 from nats import errors as nats_errors
 
 from . import _natscompat
-from .errors import (
+from ._errors import (
     InvalidArgumentError,
     LiftbridgeError,
     MaxPayloadExceededError,

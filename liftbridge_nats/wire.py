@@ -15,10 +15,10 @@ from typing import Any, SupportsIndex
 
 from google.protobuf.message import DecodeError
 
+from ._errors import EnvelopeError
+from ._messages import Ack, AckError, AckPolicy, Message
 from ._proto import api_pb2
 from .envelope import MsgType, decode, header
-from .errors import EnvelopeError
-from .messages import Ack, AckError, AckPolicy, Message
 
 __all__ = [
     "NO_OFFSET_CHECK",

@@ -18,7 +18,7 @@ from typing import Any
 import nats
 
 from bench.measure import HEADER_NAME, HEADER_VALUE, KEY, Meter, Schedule, payload, percentiles
-from liftbridge_nats.messages import AckError, AckPolicy, StartPosition, StopPosition
+from liftbridge_nats import AckError, AckPolicy, StartPosition, StopPosition
 
 # The one knob set away from the Publisher's defaults (5 s): a round slowed down by the
 # machine should show as a low rate, not as messages failed by their ack deadline.
@@ -28,7 +28,7 @@ LATENCY_ACK_TIMEOUT = 60.0
 
 
 def _subjects(subject: str, partitions: int) -> list[str]:
-    from liftbridge_nats.partitioning import partition_subject
+    from liftbridge_nats import partition_subject
 
     return [partition_subject(subject, i) for i in range(partitions)]
 
@@ -54,7 +54,7 @@ async def publish(spec: dict[str, Any]) -> dict[str, Any]:
     garbage collector, not the publisher, the cost being measured. Errors are counted
     from the publisher's own stats (acked vs published).
     """
-    from liftbridge_nats.publisher import Publisher
+    from liftbridge_nats import Publisher
 
     value = payload(spec["size"])
     policy = AckPolicy[spec["ack"]]
@@ -89,7 +89,7 @@ async def publish(spec: dict[str, Any]) -> dict[str, Any]:
 
 async def _services(spec: dict[str, Any], run_pattern: Any) -> dict[str, Any]:
     """Shared set-up of the services' pattern: a Publisher, a warm-up, the timed run."""
-    from liftbridge_nats.publisher import Publisher
+    from liftbridge_nats import Publisher
 
     nc = await nats.connect(spec["nats_url"])
     try:
@@ -157,7 +157,7 @@ async def tasks(spec: dict[str, Any]) -> dict[str, Any]:
 
 async def memory(spec: dict[str, Any]) -> dict[str, Any]:
     """Publish ``count`` messages without keeping their futures: peak memory and CPU."""
-    from liftbridge_nats.publisher import Publisher
+    from liftbridge_nats import Publisher
 
     value = payload(spec["size"])
     policy = AckPolicy[spec["ack"]]
@@ -190,7 +190,7 @@ async def memory(spec: dict[str, Any]) -> dict[str, Any]:
 
 async def latency(spec: dict[str, Any]) -> dict[str, Any]:
     """Scheduled sends at ``rate`` msg/s; latency from each message's due time to its ack."""
-    from liftbridge_nats.publisher import Publisher
+    from liftbridge_nats import Publisher
 
     value = payload(spec["size"])
     policy = AckPolicy[spec["ack"]]
@@ -278,7 +278,7 @@ def _read_metrics(setting: str) -> Any:
 async def subscribe(spec: dict[str, Any]) -> dict[str, Any]:
     """Read ``count`` messages from offset 0 of one partition with ``Client.subscribe``
     (read metrics as ``spec["metrics"]`` says: see :func:`_read_metrics`)."""
-    from liftbridge_nats.client import Client
+    from liftbridge_nats import Client
 
     count = spec["count"]
     async with Client(
@@ -313,7 +313,7 @@ def _os_threads() -> int:
 async def fanout(spec: dict[str, Any]) -> dict[str, Any]:
     """Read ``count`` messages from each of ``partitions`` partitions: with one task per
     partition (``Client.subscribe``) or one consumer-group member (``mode``)."""
-    from liftbridge_nats.client import Client
+    from liftbridge_nats import Client
 
     partitions, count, mode = spec["partitions"], spec["count"], spec["mode"]
     total = partitions * count

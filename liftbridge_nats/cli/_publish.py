@@ -19,8 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from liftbridge_nats.errors import LiftbridgeError
-from liftbridge_nats.messages import Ack, AckPolicy
+from liftbridge_nats import Ack, AckPolicy, LiftbridgeError
 
 from ._common import (
     EXIT_ERROR,
@@ -40,7 +39,7 @@ from ._common import (
 from ._output import Console, Progress, latency_summary, throughput_line
 
 if TYPE_CHECKING:
-    from liftbridge_nats.client import Client
+    from liftbridge_nats import Client
 
 _DEFAULT_LOAD_SIZE = 100
 LOAD_MAX_INFLIGHT = 1024
@@ -228,7 +227,7 @@ async def _target(
     args: argparse.Namespace, client: Client | None
 ) -> Callable[[int, bytes | None], tuple[str, int]]:
     """A function (message number, key) -> (NATS subject, partition)."""
-    from liftbridge_nats.partitioning import KeyPartitioner, partition_subject
+    from liftbridge_nats import KeyPartitioner, partition_subject
 
     if client is None:
         base = args.stream
@@ -279,7 +278,7 @@ async def publish_run(
     target goes through ``publish_to_stream``, which resumes a paused partition); with
     ``load`` they are pipelined through ``publish_async`` and only counted.
     """
-    from liftbridge_nats.publisher import Publisher
+    from liftbridge_nats import Publisher
 
     options: dict[str, Any] = {}
     if args.ack_timeout is not None:

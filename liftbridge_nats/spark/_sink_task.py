@@ -17,10 +17,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from liftbridge_nats.errors import InvalidArgumentError, PublishError
-from liftbridge_nats.messages import Ack
-from liftbridge_nats.partitioning import KeyPartitioner, partition_subject
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import (
+    Ack,
+    InvalidArgumentError,
+    KeyPartitioner,
+    Publisher,
+    PublishError,
+    partition_subject,
+)
 
 from . import _io
 from ._options import WriteOptions
@@ -220,7 +224,7 @@ async def publish_rows(
 ) -> TaskResult:
     """Publish every row of ``batches`` (Arrow record batches) and wait for the acks.
 
-    Raises :class:`~liftbridge_nats.errors.PublishError` (so Spark retries the task)
+    Raises :class:`~liftbridge_nats.PublishError` (so Spark retries the task)
     unless every row was acked without error.
     """
     started = time.monotonic()

@@ -10,9 +10,7 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.messages import AckPolicy, Message, StartPosition
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import AckPolicy, Client, Message, Publisher, StartPosition
 from liftbridge_nats.testing import Cluster
 
 from ._support import REPLICA_TIMEOUTS, Outcomes, connect_nats, read_stream, wait_until

@@ -8,9 +8,7 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.messages import AckPolicy
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import AckPolicy, Client, Publisher
 from liftbridge_nats.testing import Cluster, ContainerCluster
 
 from ._support import NATS_FAULT_NETWORK, Outcomes, connect_nats, gather_outcomes, read_stream

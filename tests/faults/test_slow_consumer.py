@@ -21,8 +21,7 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.messages import StartPosition, StopPosition
+from liftbridge_nats import Client, StartPosition, StopPosition
 from liftbridge_nats.testing import Cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]

@@ -6,8 +6,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.messages import Ack, Message, StartPosition, StopPosition
+from liftbridge_nats import Ack, Client, Message, StartPosition, StopPosition
 
 
 async def read_all(client: Client, stream: str, partition: int = 0) -> list[Message]:

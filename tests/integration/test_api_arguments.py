@@ -15,16 +15,18 @@ from typing import Any, TypeAlias
 import pytest
 from nats.aio.client import Client as NATS
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import (
+from liftbridge_nats import (
+    AckPolicy,
+    Client,
     InvalidArgumentError,
     MaxPayloadExceededError,
     NoSuchStreamError,
+    Publisher,
     PublisherClosedError,
     RpcError,
+    StartPosition,
+    StopPosition,
 )
-from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
-from liftbridge_nats.publisher import Publisher
 from liftbridge_nats.testing import LocalCluster
 
 ARG_ERRORS = (InvalidArgumentError, TypeError)

@@ -480,7 +480,7 @@ def test_cursor_get_set(cli: Run, unique_name: Any) -> None:
 async def test_group_describe_shows_coordinator_and_lag(
     liftbridge_cluster: Any, unique_name: Any
 ) -> None:
-    from liftbridge_nats.client import Client
+    from liftbridge_nats import Client
 
     name = unique_name("grp")
     group = unique_name("g")

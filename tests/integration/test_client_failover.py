@@ -9,9 +9,7 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import LiftbridgeError
-from liftbridge_nats.messages import AckPolicy, StartPosition
+from liftbridge_nats import AckPolicy, Client, LiftbridgeError, StartPosition
 
 
 async def publish_until_acked(

@@ -11,10 +11,14 @@ from typing import Any
 import pytest
 from _waiting import wait_for
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import InvalidArgumentError, NoStoredPositionError
-from liftbridge_nats.groups import Consumer, group_cursor_id
-from liftbridge_nats.messages import StartPosition
+from liftbridge_nats import (
+    Client,
+    Consumer,
+    InvalidArgumentError,
+    NoStoredPositionError,
+    StartPosition,
+    group_cursor_id,
+)
 
 PARTITIONS = 6
 

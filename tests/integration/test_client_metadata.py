@@ -9,18 +9,22 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.cursors import CursorsDisabledError, cursor_partition
-from liftbridge_nats.errors import (
+from liftbridge_nats import (
+    AckPolicy,
     AckTimeoutError,
     BrokerUnavailableError,
+    Client,
+    CursorsDisabledError,
     IncorrectOffsetError,
     InvalidArgumentError,
+    KeyPartitioner,
     NoSuchStreamError,
     ReadonlyPartitionError,
+    RoundRobinPartitioner,
+    StartPosition,
+    StopPosition,
 )
-from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
-from liftbridge_nats.partitioning import KeyPartitioner, RoundRobinPartitioner
+from liftbridge_nats._cursors import cursor_partition
 
 
 def test_broker_addresses_parsed() -> None:

@@ -11,17 +11,21 @@ from datetime import timedelta
 import pytest
 from nats.aio.client import Client as NATS
 
-from liftbridge_nats import wire
-from liftbridge_nats.client import REPLICATION_MAX, Client
-from liftbridge_nats.errors import (
+from liftbridge_nats import (
+    REPLICATION_MAX,
+    AckPolicy,
     BadRequestError,
+    Client,
     IncorrectOffsetError,
+    Message,
     NoSuchStreamError,
     ReadonlyPartitionError,
     RpcError,
+    StartPosition,
+    StopPosition,
     StreamExistsError,
+    wire,
 )
-from liftbridge_nats.messages import AckPolicy, Message, StartPosition, StopPosition
 from liftbridge_nats.testing import LocalCluster
 
 

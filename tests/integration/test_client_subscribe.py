@@ -11,10 +11,15 @@ from typing import TypeAlias, TypedDict
 
 import pytest
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import InvalidArgumentError, NoSuchStreamError, PartitionPausedError
-from liftbridge_nats.messages import StartPosition, StopPosition
-from liftbridge_nats.subscription import Subscription
+from liftbridge_nats import (
+    Client,
+    InvalidArgumentError,
+    NoSuchStreamError,
+    PartitionPausedError,
+    StartPosition,
+    StopPosition,
+    Subscription,
+)
 from liftbridge_nats.testing import LocalCluster
 
 

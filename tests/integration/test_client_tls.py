@@ -17,9 +17,14 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats.client import Client, TLSConfig
-from liftbridge_nats.errors import BrokerUnavailableError, LiftbridgeError
-from liftbridge_nats.messages import StartPosition, StopPosition
+from liftbridge_nats import (
+    BrokerUnavailableError,
+    Client,
+    LiftbridgeError,
+    StartPosition,
+    StopPosition,
+    TLSConfig,
+)
 from liftbridge_nats.testing import ensure_liftbridge
 from liftbridge_nats.testing._certs import TestCertificates, generate_certificates
 

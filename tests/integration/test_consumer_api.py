@@ -10,11 +10,18 @@ from typing import Any, cast
 import pytest
 from _waiting import wait_for
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import ClientClosedError, InvalidArgumentError, NotAssignedError
-from liftbridge_nats.groups import Consumer, ConsumerRebalanceListener, StreamPartition
-from liftbridge_nats.lag import PartitionLag, consumer_lag
-from liftbridge_nats.messages import Message
+from liftbridge_nats import (
+    Client,
+    ClientClosedError,
+    Consumer,
+    ConsumerRebalanceListener,
+    InvalidArgumentError,
+    Message,
+    NotAssignedError,
+    PartitionLag,
+    StreamPartition,
+    consumer_lag,
+)
 
 PARTITIONS = 3
 

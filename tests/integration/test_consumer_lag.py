@@ -7,10 +7,15 @@ from collections.abc import Callable
 
 import pytest
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import InvalidArgumentError, NoSuchStreamError
-from liftbridge_nats.groups import group_cursor_id
-from liftbridge_nats.lag import PartitionLag, consumer_lag, partition_lag
+from liftbridge_nats import (
+    Client,
+    InvalidArgumentError,
+    NoSuchStreamError,
+    PartitionLag,
+    consumer_lag,
+    group_cursor_id,
+    partition_lag,
+)
 from liftbridge_nats.testing import LocalCluster
 
 

@@ -11,12 +11,7 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.groups import Consumer
-from liftbridge_nats.lag import consumer_lag
-from liftbridge_nats.messages import AckPolicy
-from liftbridge_nats.partitioning import partition_subject
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import AckPolicy, Client, Consumer, Publisher, consumer_lag, partition_subject
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

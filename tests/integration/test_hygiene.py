@@ -18,10 +18,17 @@ from typing import TypeVar
 import pytest
 from nats.aio.client import Client as NATS
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import LiftbridgeError, PublisherClosedError
-from liftbridge_nats.messages import Ack, AckPolicy, Message, StartPosition, StopPosition
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import (
+    Ack,
+    AckPolicy,
+    Client,
+    LiftbridgeError,
+    Message,
+    Publisher,
+    PublisherClosedError,
+    StartPosition,
+    StopPosition,
+)
 from liftbridge_nats.testing import LocalCluster
 
 pytestmark = pytest.mark.timeout(120)

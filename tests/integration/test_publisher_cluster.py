@@ -9,9 +9,7 @@ import nats
 import pytest
 from _publisher_helpers import read_all
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.messages import Ack, AckPolicy, Message
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import Ack, AckPolicy, Client, Message, Publisher
 from liftbridge_nats.testing import LocalCluster
 
 pytestmark = pytest.mark.cluster

@@ -10,21 +10,24 @@ from typing import Any
 import pytest
 from _publisher_helpers import acked, read_all, user_headers
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.envelope import MsgType, encode
-from liftbridge_nats.errors import (
+from liftbridge_nats import (
+    Ack,
+    AckError,
     AckLostError,
+    AckPolicy,
     AckTimeoutError,
+    Client,
     IncorrectOffsetError,
     InvalidArgumentError,
     LocalError,
     MaxPayloadExceededError,
     MessageTooLargeError,
     NoRespondersError,
+    Publisher,
     PublisherClosedError,
+    PublishRecord,
 )
-from liftbridge_nats.messages import Ack, AckError, AckPolicy
-from liftbridge_nats.publisher import Publisher, PublishRecord
+from liftbridge_nats.envelope import MsgType, encode
 
 
 @pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "nats-py-public-api"])

@@ -10,20 +10,20 @@ import nats
 import pytest
 from _publisher_helpers import read_all
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import (
+from liftbridge_nats import (
+    Ack,
     AckTimeoutError,
+    Client,
     LiftbridgeError,
     LocalError,
     MaxBytesExceededError,
     MaxPayloadExceededError,
     MessageTooLargeError,
+    Publisher,
     PublisherClosedError,
     PublishRejectedError,
     RemoteError,
 )
-from liftbridge_nats.messages import Ack
-from liftbridge_nats.publisher import Publisher
 
 # On containers, tests that keep a nats-py client connected across a NATS kill use host
 # networking: through a published port docker-proxy accepts and then drops reconnect

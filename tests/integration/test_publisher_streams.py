@@ -11,19 +11,17 @@ import pytest
 from _publisher_helpers import acked, eventually, read_all
 from nats.aio.client import Client as NATS
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import (
+from liftbridge_nats import (
+    Client,
     IncorrectOffsetError,
     InvalidArgumentError,
+    KeyPartitioner,
     NoRespondersError,
     NoSuchStreamError,
-)
-from liftbridge_nats.partitioning import (
-    KeyPartitioner,
+    Publisher,
     RoundRobinPartitioner,
     partition_subject,
 )
-from liftbridge_nats.publisher import Publisher
 from liftbridge_nats.testing import LocalCluster
 
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from liftbridge_nats import Metadata
 from liftbridge_nats.cli import main
-from liftbridge_nats.metadata import Metadata
 from liftbridge_nats.testing import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,10 +13,14 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import ClientClosedError
-from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import (
+    AckPolicy,
+    Client,
+    ClientClosedError,
+    Publisher,
+    StartPosition,
+    StopPosition,
+)
 
 
 def open_calls(client: Client) -> int:

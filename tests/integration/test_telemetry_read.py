@@ -24,11 +24,17 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from liftbridge_nats import (
+    AckPolicy,
+    Client,
+    Consumer,
+    DeserializationError,
+    LiftbridgeError,
+    Message,
+    StartPosition,
+    StreamPartition,
+)
 from liftbridge_nats._proto import api_pb2
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import DeserializationError, LiftbridgeError
-from liftbridge_nats.groups import Consumer, StreamPartition
-from liftbridge_nats.messages import AckPolicy, Message, StartPosition
 from liftbridge_nats.serializers import MsgspecDeserializer, StringDeserializer
 from liftbridge_nats.testing import LocalCluster
 from liftbridge_nats.tracing import consumer_span, inject_context

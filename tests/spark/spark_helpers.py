@@ -9,8 +9,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.messages import Ack, AckPolicy, Message, StartPosition, StopPosition
+from liftbridge_nats import Ack, AckPolicy, Client, Message, StartPosition, StopPosition
 
 T = TypeVar("T")
 

@@ -18,8 +18,7 @@ from typing import Any
 import nkeys
 import pytest
 
-from liftbridge_nats.client import Client, TLSConfig
-from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
+from liftbridge_nats import AckPolicy, Client, StartPosition, StopPosition, TLSConfig
 from liftbridge_nats.testing import LocalCluster
 from liftbridge_nats.testing._certs import TestCertificates, generate_certificates
 

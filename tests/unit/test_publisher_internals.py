@@ -7,12 +7,8 @@ import asyncio
 
 import pytest
 
-from liftbridge_nats._inflight import CID, DEADLINE, FUTURE, AckFuture, Flight, InflightLedger
-from liftbridge_nats._memtransport import MemoryTransport
-from liftbridge_nats._proto import api_pb2
-from liftbridge_nats.acks import AckListener
-from liftbridge_nats.envelope import MsgType, encode
-from liftbridge_nats.errors import (
+from liftbridge_nats import (
+    Ack,
     EncryptionError,
     IncorrectOffsetError,
     MaxBytesExceededError,
@@ -21,7 +17,11 @@ from liftbridge_nats.errors import (
     PublishRejectedError,
     RetriedIncorrectOffsetError,
 )
-from liftbridge_nats.messages import Ack
+from liftbridge_nats._acks import AckListener
+from liftbridge_nats._inflight import CID, DEADLINE, FUTURE, AckFuture, Flight, InflightLedger
+from liftbridge_nats._memtransport import MemoryTransport
+from liftbridge_nats._proto import api_pb2
+from liftbridge_nats.envelope import MsgType, encode
 
 
 def _flight(loop: asyncio.AbstractEventLoop, cid: str, in_seconds: float) -> Flight:

@@ -11,18 +11,20 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats._memtransport import MemoryTransport, Sent, auto_ack
-from liftbridge_nats.errors import (
+from liftbridge_nats import (
+    Ack,
+    AckError,
     AckLostError,
+    AckPolicy,
     AckTimeoutError,
     IncorrectOffsetError,
     InvalidArgumentError,
     NoRespondersError,
     NotConnectedError,
+    Publisher,
     PublisherClosedError,
 )
-from liftbridge_nats.messages import Ack, AckError, AckPolicy
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats._memtransport import MemoryTransport, Sent, auto_ack
 
 
 def _offsets(acks: Iterable[Ack | None]) -> list[int]:

@@ -196,7 +196,7 @@ def test_an_ack_view_is_the_same_ack_read_on_first_access() -> None:
     import dataclasses
     import pickle
 
-    from liftbridge_nats.errors import LiftbridgeError
+    from liftbridge_nats import LiftbridgeError
 
     pb = api_pb2.Ack(
         stream="s",

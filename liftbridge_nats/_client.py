@@ -1,9 +1,9 @@
 """The gRPC client: stream administration, metadata, reading, cursors, groups.
 
 ``Client`` is the public face; where calls go and how they are retried lives in
-:mod:`._router`, reading in :mod:`.subscription`, cursors in :mod:`.cursors`, consumer
-groups in :mod:`.groups` and the activity stream in :mod:`.activity`. Publishing over
-gRPC is here for completeness: the NATS-native :class:`~liftbridge_nats.publisher.Publisher`
+:mod:`._router`, reading in :mod:`._subscription`, cursors in :mod:`._cursors`, consumer
+groups in :mod:`._groups` and the activity stream in :mod:`._activity`. Publishing over
+gRPC is here for completeness: the NATS-native :class:`~liftbridge_nats.Publisher`
 is the fast path.
 """
 
@@ -16,7 +16,8 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import cursors as _cursors
+from . import _cursors
+from ._activity import ActivityStream
 from ._args import (
     INT32_MAX,
     Duration,
@@ -31,20 +32,19 @@ from ._args import (
     message_fields,
     publish_request,
 )
+from ._errors import InvalidArgumentError, LiftbridgeError, NoSuchStreamError
 from ._grpc import TLSConfig, parse_brokers
 from ._log import get_logger
+from ._messages import Ack, AckPolicy, K, StartPosition, StopPosition, V
+from ._metadata import Metadata, PartitionInfo, StreamInfo, partition_from_proto
 from ._metrics import metrics_for
 from ._names import DEFAULT_MAX_PARTITIONS, check_stream_name
+from ._partitioning import PartitionerLike, choose_partition
 from ._proto import api_pb2
 from ._publish_async import AsyncPublisher, publish_error
 from ._router import Router
 from ._stream_reader import MAX_BYTES, MAX_MESSAGES, MIN_WINDOW
-from .activity import ActivityStream
-from .errors import InvalidArgumentError, LiftbridgeError, NoSuchStreamError
-from .messages import Ack, AckPolicy, K, StartPosition, StopPosition, V
-from .metadata import Metadata, PartitionInfo, StreamInfo, partition_from_proto
-from .partitioning import PartitionerLike, choose_partition
-from .subscription import Subscription, TimeSpec, subscription_options
+from ._subscription import Subscription, TimeSpec, subscription_options
 from .wire import ack_from_proto
 
 if TYPE_CHECKING:
@@ -53,8 +53,8 @@ if TYPE_CHECKING:
 
     from opentelemetry.metrics import MeterProvider
 
+    from ._groups import Consumer, ConsumerRebalanceListener
     from ._router import Stub
-    from .groups import Consumer, ConsumerRebalanceListener
     from .serializers import Deserializer
 
 __all__ = ["DEFAULT_MAX_PARTITIONS", "REPLICATION_MAX", "Client", "TLSConfig"]
@@ -416,7 +416,7 @@ class Client:
         ``value_deserializer`` / ``key_deserializer`` (any callable ``bytes -> object``,
         see :mod:`liftbridge_nats.serializers`) turn the stored bytes into the
         message's ``value`` / ``key`` (a key of None stays None). A message they
-        refuse is raised as :class:`~liftbridge_nats.errors.DeserializationError`
+        refuse is raised as :class:`~liftbridge_nats.DeserializationError`
         (stream, partition, offset and the undecoded ``raw_message``); the next
         message follows on the next iteration.
         """
@@ -526,10 +526,10 @@ class Client:
         a partition over waits for the previous owner's last commit before it reads.
         ``value_deserializer`` / ``key_deserializer`` work as in :meth:`subscribe`; a
         message they refuse is raised (by ``async for``, ``getmany`` or ``getone``) as
-        :class:`~liftbridge_nats.errors.DeserializationError` and counts as delivered:
+        :class:`~liftbridge_nats.DeserializationError` and counts as delivered:
         the partition's position moves past it and a commit stores it.
         """
-        from .groups import Consumer
+        from ._groups import Consumer
 
         checked_callable(value_deserializer, "value_deserializer")
         checked_callable(key_deserializer, "key_deserializer")

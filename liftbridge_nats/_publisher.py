@@ -14,7 +14,7 @@ return the ack's future instead of the ack (as nats-py JetStream's ``publish_asy
 
 How it fits together (the split follows aiokafka's producer): this module is the public
 face; :mod:`._inflight` is the ledger of messages waiting for their ack (deadlines,
-backpressure); :mod:`.acks` is the one subscription that receives acks; :mod:`._sender`
+backpressure); :mod:`._acks` is the one subscription that receives acks; :mod:`._sender`
 is the one background task, for messages that cannot go at once (NATS disconnected,
 re-sends); :class:`~liftbridge_nats.wire.PublishEncoder` builds the envelopes;
 :mod:`._checks` checks arguments. All of them reach NATS through one seam, a
@@ -39,9 +39,9 @@ an ``ack_timeout`` above that.
 
 Delivery guarantees, in short:
 
-* a returned :class:`~liftbridge_nats.messages.Ack` means the server stored the message
+* a returned :class:`~liftbridge_nats.Ack` means the server stored the message
   under the requested policy; an error means it was not acked: only
-  :class:`~liftbridge_nats.errors.NoRespondersError` and the rejections
+  :class:`~liftbridge_nats.NoRespondersError` and the rejections
   (``PublishRejectedError`` and its subclasses) mean it was certainly not stored;
 * every publish ends by its deadline (``timeout``; by default ``ack_timeout``, or
   ``retry_deadline`` with ``retry=True``), with an ack or an error: also while NATS is
@@ -69,6 +69,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sized
 from dataclasses import dataclass
 from typing import Any
 
+from ._acks import AckListener, AckStats, no_responders_exception
 from ._checks import (
     check_correlation_id,
     check_headers,
@@ -76,6 +77,16 @@ from ._checks import (
     check_publisher_args,
     check_subject,
     is_subject_token,
+)
+from ._errors import (
+    AckLostError,
+    AckTimeoutError,
+    InvalidArgumentError,
+    LiftbridgeError,
+    NotConnectedError,
+    PublisherClosedError,
+    PublishError,
+    ReadonlyPartitionError,
 )
 from ._inflight import (
     ATTEMPT,
@@ -91,21 +102,10 @@ from ._inflight import (
     future_factory,
 )
 from ._log import get_logger
+from ._messages import Ack, AckPolicy
+from ._partitioning import PartitionerLike, choose_partition, partition_subject
 from ._sender import Sender
 from ._transport import FastPath, NatsTransport, PublishTransport, log_choice, too_large_error
-from .acks import AckListener, AckStats, no_responders_exception
-from .errors import (
-    AckLostError,
-    AckTimeoutError,
-    InvalidArgumentError,
-    LiftbridgeError,
-    NotConnectedError,
-    PublisherClosedError,
-    PublishError,
-    ReadonlyPartitionError,
-)
-from .messages import Ack, AckPolicy
-from .partitioning import PartitionerLike, choose_partition, partition_subject
 from .wire import PublishEncoder, header_fields
 
 __all__ = ["FastPath", "PublishRecord", "Publisher", "PublisherStats"]

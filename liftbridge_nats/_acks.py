@@ -3,7 +3,7 @@
 Liftbridge answers a published message (one with an ack inbox and a policy other than
 NONE) with a type-1 envelope carrying a protobuf ``Ack`` on that inbox. The listener
 decodes it, finds the in-flight message by ``correlationId`` and settles its future:
-with a frozen :class:`~liftbridge_nats.messages.Ack`, or with a typed error when the
+with a frozen :class:`~liftbridge_nats.Ack`, or with a typed error when the
 ack carries one.
 
 The listener subscribes to ``<prefix>.*``: acks come on ``<prefix>.ack`` (the ack inbox
@@ -29,11 +29,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from ._inflight import ATTEMPT, FUTURE, SUBJECT, Flight, InflightLedger
-from ._proto import api_pb2
-from ._transport import InboxSubscription, NatsTransport, PublishTransport
-from .envelope import MsgType, decode, header
-from .errors import (
+from ._errors import (
     EncryptionError,
     EnvelopeError,
     IncorrectOffsetError,
@@ -44,6 +40,10 @@ from .errors import (
     RetriedIncorrectOffsetError,
     for_ack_error,
 )
+from ._inflight import ATTEMPT, FUTURE, SUBJECT, Flight, InflightLedger
+from ._proto import api_pb2
+from ._transport import InboxSubscription, NatsTransport, PublishTransport
+from .envelope import MsgType, decode, header
 from .wire import ack_view
 
 __all__ = [
