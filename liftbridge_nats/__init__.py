@@ -23,7 +23,9 @@ SDK raised it) or a :class:`RemoteError` (a server sent it). :func:`for_grpc_sta
 """
 
 import importlib
-from typing import TYPE_CHECKING, Any
+import inspect
+from types import FunctionType
+from typing import TYPE_CHECKING, Any, get_type_hints
 
 from ._acks import AckStats
 from ._errors import (
@@ -117,6 +119,39 @@ if TYPE_CHECKING:
     from ._subscription import Subscription, TimeSpec
 
 
+# Where each claimed class or function is implemented (the API reference reads its
+# source there).
+_IMPLEMENTED_IN: dict[str, str] = {}
+
+
+def _claim(name: str, value: object) -> None:
+    """Show a class or function of a private module as ``liftbridge_nats.X`` (in reprs,
+    tracebacks and pickles), as httpx does."""
+    if isinstance(value, type | FunctionType) and value.__module__.startswith(__name__ + "._"):
+        _IMPLEMENTED_IN[name] = value.__module__
+        if isinstance(value, type):
+            _resolve_annotations(value)
+        value.__module__ = __name__
+
+
+def _resolve_annotations(cls: type) -> None:
+    """Evaluate a class's own string annotations where it is implemented.
+
+    ``typing.get_type_hints`` looks a class's annotations up in the module its
+    ``__module__`` names; once that is this package, names the implementing module
+    imported for them (``ClassVar``, ``Mapping``...) would be missing. Functions keep
+    their own globals and need nothing.
+    """
+    own = inspect.get_annotations(cls)
+    if not own:
+        return
+    try:
+        hints = get_type_hints(cls, include_extras=True)
+    except NameError:  # a name imported for type checkers only: left as it was
+        return
+    cls.__annotations__ = {key: hints[key] for key in own}
+
+
 if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all
 
     def __getattr__(name: str) -> Any:
@@ -124,6 +159,7 @@ if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all
         if module is None:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(module, __name__), name)
+        _claim(name, value)
         globals()[name] = value
         return value
 
@@ -222,3 +258,9 @@ __all__ = [
     "partition_lag",
     "partition_subject",
 ]
+
+# The lazy names are claimed on first use.
+for _name in __all__:
+    if _name not in _GRPC_SIDE and _name != "__version__":
+        _claim(_name, globals()[_name])
+del _name

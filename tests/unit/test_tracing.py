@@ -126,7 +126,7 @@ def test_errors_are_recorded(traced: Traced) -> None:
     tracer.finish(span, error=error)
     (done,) = exporter.get_finished_spans()
     assert done.status.status_code is StatusCode.ERROR
-    assert dict(done.attributes or {})["error.type"] == "liftbridge_nats._errors.AckTimeoutError"
+    assert dict(done.attributes or {})["error.type"] == "liftbridge_nats.AckTimeoutError"
     assert "messaging.liftbridge.offset" not in dict(done.attributes or {})
     (event,) = done.events
     assert event.name == "exception"
@@ -163,7 +163,7 @@ async def test_finisher_ends_the_span_when_the_ack_future_settles(traced: Traced
     assert dict(spans["c-0"].attributes or {})["messaging.liftbridge.offset"] == 3
     assert spans["c-0"].status.status_code is StatusCode.UNSET
     assert dict(spans["c-1"].attributes or {})["error.type"] == (
-        "liftbridge_nats._errors.MessageTooLargeError"
+        "liftbridge_nats.MessageTooLargeError"
     )
     assert dict(spans["c-2"].attributes or {})["error.type"] == "cancelled"
     assert spans["c-2"].status.status_code is StatusCode.ERROR
@@ -179,7 +179,7 @@ def test_tracing_argument() -> None:
 
 def test_error_type_is_the_qualified_class_name() -> None:
     assert error_type(ValueError()) == "builtins.ValueError"
-    assert error_type(AckTimeoutError("x")) == "liftbridge_nats._errors.AckTimeoutError"
+    assert error_type(AckTimeoutError("x")) == "liftbridge_nats.AckTimeoutError"
 
 
 # ------------------------------------------------------------------ propagation
