@@ -33,7 +33,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeGuard
 
 from ._tracing import (
     DESTINATION,
@@ -60,6 +60,7 @@ __all__ = [
     "PublishSource",
     "ReadCell",
     "default_metrics",
+    "metrics_for",
 ]
 
 ACK_LATENCY_BUCKETS: Final = (
@@ -363,3 +364,41 @@ def default_metrics() -> Metrics:
             if _default is None:
                 _default = Metrics()
     return _default
+
+
+# One registry per explicit meter provider: instruments are registered once per
+# provider, and every client and publisher given that provider reports through them.
+_by_provider: weakref.WeakKeyDictionary[Any, Metrics] = weakref.WeakKeyDictionary()
+
+
+def metrics_for(setting: object) -> Metrics | None:
+    """What a ``metrics`` argument (of a client or publisher) asks for.
+
+    ``True``: the process's registry on the global meter provider, or None when
+    ``opentelemetry-api`` is not installed (nothing would read the counters);
+    ``False``: None; an OpenTelemetry ``MeterProvider``: that provider's registry
+    (the same object for every caller giving the same provider). Anything else is a
+    TypeError.
+    """
+    if setting is False:
+        return None
+    if setting is True:
+        registry = default_metrics()
+        return registry if registry.enabled else None
+    if _is_meter_provider(setting):
+        with _default_lock:
+            found = _by_provider.get(setting)
+            if found is None:
+                found = _by_provider[setting] = Metrics(setting)
+        return found
+    raise TypeError(
+        f"metrics must be True, False or an OpenTelemetry MeterProvider, got {setting!r}"
+    )
+
+
+def _is_meter_provider(obj: object) -> TypeGuard[MeterProvider]:
+    try:
+        from opentelemetry.metrics import MeterProvider as ApiMeterProvider
+    except ImportError:
+        return False
+    return isinstance(obj, ApiMeterProvider)
