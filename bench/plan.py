@@ -39,6 +39,11 @@ GUFO_SUB = "gufo subscribe"
 GO_SUB = "go Subscribe"
 GRPC_SUB = "raw grpc.aio"
 GRPC_SYNC_SUB = "raw grpc sync thread"
+# Our subscribe with its read metrics off, and reporting to an OpenTelemetry SDK ("ours"
+# itself runs with opentelemetry-api installed and no SDK configured).
+OURS_METRICS_OFF = "ours, metrics off"
+OURS_OTEL_SDK = "ours + OTel SDK"
+SUB_METRICS_CLIENTS = (OURS_METRICS_OFF, OURS_OTEL_SDK)
 FANOUT_TASKS = "ours, a task per partition"
 FANOUT_CONSUMER = "ours, one consumer"
 GO_FANOUT = "go, a goroutine per partition"
@@ -158,7 +163,7 @@ def build(settings: Settings) -> list[Case]:
             for client in (OURS, BARE):
                 cases.append(Case("latency", client, size, count, rate=rate))
     for size in settings.sizes:
-        clients = [OURS, GRPC_SUB, GRPC_SYNC_SUB]
+        clients = [OURS, *SUB_METRICS_CLIENTS, GRPC_SUB, GRPC_SYNC_SUB]
         if settings.gufo:
             clients.append(GUFO_SUB)
         if settings.go:

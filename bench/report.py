@@ -656,7 +656,14 @@ def _subscribe_table(cases: list[Record]) -> list[str]:
         return []
     clients = [
         c
-        for c in (plan.OURS, plan.GRPC_SUB, plan.GRPC_SYNC_SUB, plan.GO_SUB, plan.GUFO_SUB)
+        for c in (
+            plan.OURS,
+            *plan.SUB_METRICS_CLIENTS,
+            plan.GRPC_SUB,
+            plan.GRPC_SYNC_SUB,
+            plan.GO_SUB,
+            plan.GUFO_SUB,
+        )
         if any(x["client"] == c for x in sub)
     ]
     out = [
@@ -667,7 +674,10 @@ def _subscribe_table(cases: list[Record]) -> list[str]:
         "**raw grpc.aio** = the generated stub's `Subscribe` alone (no SDK): the ceiling "
         "for a Python reader on grpc.aio; **raw grpc sync thread** = the generated "
         "synchronous stub iterated by a thread that only counts, on a single-threaded "
-        "channel: the ceiling of a thread per subscription.",
+        "channel: the ceiling of a thread per subscription. **ours** runs with "
+        "opentelemetry-api installed and no SDK; **ours, metrics off** with "
+        "`Client(metrics=False)`; **ours + OTel SDK** reports its read metrics to an "
+        "OpenTelemetry SDK meter provider collected every second.",
         "",
         "| size | " + " | ".join(clients) + " | ours / raw grpc.aio | ours / gufo | ours / go |",
         "|---|" + "---:|" * (len(clients) + 3),
@@ -701,7 +711,32 @@ def _subscribe_table(cases: list[Record]) -> list[str]:
             result = case["result"] if case is not None and _ok(case) else None
             cells.append(f"{result['cpu_us_per_msg']:.1f}" if result else "-")
         out.append(f"| {_size(size)} | " + " | ".join(cells) + " |")
+    out += _read_metrics_cost(sub)
     return out
+
+
+def _read_metrics_cost(sub: list[Record]) -> list[str]:
+    """Read metrics' cost: CPU per message of our subscribe against metrics off."""
+    lines = []
+    for size in sorted({c["size"] for c in sub}):
+        base = _cpu(sub, plan.OURS_METRICS_OFF, size=size)
+        if not base:
+            continue
+        ratios = []
+        for client in (plan.OURS, plan.OURS_OTEL_SDK):
+            cpu = _cpu(sub, client, size=size)
+            if cpu is not None:
+                ratios.append(f"{client} {cpu / base:.3f}x")
+        if ratios:
+            lines.append(f"- {_size(size)}: " + "; ".join(ratios))
+    if not lines:
+        return []
+    return [
+        "",
+        "Read metrics, CPU per message against `metrics=False` (goal: within 3%):",
+        "",
+        *lines,
+    ]
 
 
 def _fanout_table(cases: list[Record]) -> list[str]:

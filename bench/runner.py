@@ -41,6 +41,8 @@ _PY_ACTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("latency", plan.OURS): ("ours", "latency"),
     ("latency", plan.BARE): ("bare", "latency"),
     ("subscribe", plan.OURS): ("ours", "subscribe"),
+    ("subscribe", plan.OURS_METRICS_OFF): ("ours", "subscribe"),
+    ("subscribe", plan.OURS_OTEL_SDK): ("ours", "subscribe"),
     ("subscribe", plan.GUFO_SUB): ("gufo", "subscribe"),
     ("subscribe", plan.GRPC_SUB): ("bare", "subscribe"),
     ("subscribe", plan.GRPC_SYNC_SUB): ("bare", "subscribe_sync"),
@@ -55,6 +57,8 @@ _VARIANTS: dict[str, dict[str, Any]] = {
     plan.OURS_TRACED: {"telemetry": "sdk"},
     plan.OURS_MSGSPEC: {"serializer": "msgspec"},
 }
+# The read metrics of our subscribe cases (see bench.clients.ours.subscribe).
+_SUB_METRICS = {plan.OURS_METRICS_OFF: "off", plan.OURS_OTEL_SDK: "sdk"}
 _GO_MODES = {
     plan.GO_ASYNC: "async",
     plan.GO_SYNC: "sync",
@@ -427,6 +431,7 @@ class Runner:
             if case.section == "subscribe":
                 spec["stream"] = spec["subject"] = await self._fill(case.size)
                 spec["leader"] = await self.streams.leader_address(spec["stream"])
+                spec["metrics"] = _SUB_METRICS.get(case.client, "default")
             elif case.section == "fanout":
                 spec["stream"] = await self._fill_fanout(case.topology.partitions)
                 spec["mode"] = "tasks" if case.client == plan.FANOUT_TASKS else "consumer"

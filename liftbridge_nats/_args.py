@@ -24,6 +24,7 @@ __all__ = [
     "as_int32",
     "as_int64",
     "as_millis",
+    "checked_callable",
     "checked_int",
     "checked_name",
     "checked_partition",
@@ -252,3 +253,9 @@ def create_stream_request(
         optimisticConcurrencyControl=as_bool(optimistic_concurrency_control),
         encryption=as_bool(encryption),
     )
+
+
+def checked_callable(value: object, name: str) -> None:
+    """A (de)serializer, listener or hook: None or something callable (TypeError)."""
+    if value is not None and not callable(value):
+        raise TypeError(f"{name} must be a callable or None, got {type(value).__name__}")

@@ -27,20 +27,26 @@ import contextlib
 import functools
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import cursors
+from ._log import get_logger
 from ._proto import api_pb2
-from .errors import LiftbridgeError, NoStoredPositionError
+from .errors import DeserializationError, LiftbridgeError, NoStoredPositionError
 from .messages import Message, StartPosition
 from .subscription import Subscription, subscription_options
 
 if TYPE_CHECKING:
+    from ._metrics import Metrics
     from ._router import Router, Stub
+    from .serializers import Deserializer
 
 __all__ = ["Fetcher", "PartitionState"]
 
 Key = tuple[str, int]
+Batch = list[Message[Any, Any]]
+
+_log = get_logger("groups")
 
 
 class PartitionState:
@@ -74,10 +80,10 @@ class PartitionState:
         # for "after the last delivered, else the committed position, else the
         # consumer's start position".
         self.start: int | StartPosition | None = None
-        self.sub: Subscription | None = None
+        self.sub: Subscription[Any, Any] | None = None
         self.task: asyncio.Task[None] | None = None
         self.attention: asyncio.Future[None] | None = None
-        self.pending: list[Message] = []  # taken but not delivered (paused meanwhile)
+        self.pending: Batch = []  # taken but not delivered (paused meanwhile)
         self.ready = False
         self.paused = False
         self.holding = False
@@ -105,8 +111,14 @@ class Fetcher:
         resubscribe_wait: float,
         handover_wait: float,
         on_lost: Callable[[PartitionState], None],
+        value_deserializer: Deserializer[Any] | None = None,
+        key_deserializer: Deserializer[Any] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._router = router
+        self._value_deserializer = value_deserializer
+        self._key_deserializer = key_deserializer
+        self._metrics = metrics
         self._group = group
         self._cursor_id = cursor_id
         self._start_position = start_position
@@ -189,14 +201,21 @@ class Fetcher:
             self._on_data(part)
 
     def collect(
-        self, keys: frozenset[Key] | None, limit: int
-    ) -> list[tuple[PartitionState, list[Message]]]:
+        self, keys: frozenset[Key] | None, limit: int, *, raise_now: bool = True
+    ) -> list[tuple[PartitionState, Batch]]:
         """Take up to ``limit`` buffered messages, partition after partition, without
         waiting. ``keys`` limits which partitions (None: all). Raises a partition's
-        error that no retry cures (after its messages were delivered)."""
-        if self._failures:
+        error that no retry cures (after its messages were delivered).
+
+        A message that cannot be deserialized is raised as soon as it is met with
+        nothing collected before it (and counts as delivered: the partition's
+        ``last`` moves to it); otherwise it waits in its subscription to be raised by
+        the next call. ``raise_now=False`` (the caller holds messages already) keeps
+        every error for a later call.
+        """
+        if self._failures and raise_now:
             raise self._failures.popleft()
-        out: list[tuple[PartitionState, list[Message]]] = []
+        out: list[tuple[PartitionState, Batch]] = []
         ready = self._ready
         for _ in range(len(ready)):
             if limit <= 0:
@@ -214,6 +233,13 @@ class Fetcher:
             else:
                 try:
                     messages = sub._take_many(limit)
+                except DeserializationError as exc:
+                    ready.append(part)  # the messages after it are still buffered
+                    if out or not raise_now:
+                        sub._error = exc  # raised by the next take, in its turn
+                        continue
+                    part.last = exc.offset
+                    raise
                 except LiftbridgeError as exc:
                     part.ready = False
                     self._failed(part, exc)
@@ -313,7 +339,7 @@ class Fetcher:
         finally:
             part.attention = None
 
-    async def _subscribe(self, part: PartitionState) -> Subscription | None:
+    async def _subscribe(self, part: PartitionState) -> Subscription[Any, Any] | None:
         """Subscribe where the partition should start; None when a seek (or the hand-
         over check) decided otherwise meanwhile: the caller tries again."""
         stream, partition = part.key
@@ -328,12 +354,15 @@ class Fetcher:
         group = api_pb2.Consumer()
         group.CopyFrom(self._group)
         group.groupEpoch = part.epoch
-        sub = Subscription(
+        sub: Subscription[Any, Any] = Subscription(
             self._router,
             subscription_options(stream, partition=partition, **start),  # type: ignore[arg-type]
             resubscribe_wait=self._resubscribe_wait,
             group=group,
             listener=functools.partial(self._on_data, part),
+            value_deserializer=self._value_deserializer,
+            key_deserializer=self._key_deserializer,
+            metrics=self._metrics,
         )
         part.sub = sub
         part.start = None
@@ -362,6 +391,14 @@ class Fetcher:
         stored = await self._cursor(part)
         last = part.last if part.last is not None else -1
         if part.seeks == seeks and stored >= 0 and stored > last:
+            _log.info(
+                "group %r: took over partition %s/%d; the previous owner committed "
+                "offset %d: reading from %d",
+                self._group.groupId,
+                *part.key,
+                stored,
+                stored + 1,
+            )
             part.last = part.committed = stored
             part.start = stored + 1
             part.seeks += 1

@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ._log import get_logger
 from ._proto import api_pb2
 from .errors import LiftbridgeError, RpcError
 
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from ._router import Router, Stub
 
 __all__ = ["Membership"]
+
+_log = get_logger("groups")
 
 
 class Membership:
@@ -71,6 +74,13 @@ class Membership:
         self.coordinator_timeout = resp.coordinatorTimeout / 1e9
         self.last_contact = time.monotonic()
         self.joined = True
+        _log.debug(
+            "group %r member %s joined: coordinator %s, epoch %d",
+            self.group_id,
+            self.consumer_id,
+            self.coordinator,
+            self.epoch,
+        )
 
     async def leave(self) -> None:
         """Leave the group."""
@@ -121,8 +131,15 @@ class Membership:
 
     async def report_if_silent(self) -> None:
         """Report the coordinator once it has not answered for the coordinator timeout."""
-        if time.monotonic() - self.last_contact <= self.coordinator_timeout:
+        silent = time.monotonic() - self.last_contact
+        if silent <= self.coordinator_timeout:
             return
+        _log.warning(
+            "group %r: coordinator %s has not answered for %.0f s; reporting it",
+            self.group_id,
+            self.coordinator,
+            silent,
+        )
         req = api_pb2.ReportConsumerGroupCoordinatorRequest(
             groupId=self.group_id,
             consumerId=self.consumer_id,

@@ -20,7 +20,7 @@ Instruments (names follow the OpenTelemetry messaging conventions where one exis
 ``liftbridge.publisher.buffered``           gauge (By)          bytes waiting for NATS
 ``messaging.client.operation.duration``     histogram (s)       publish to ack (sampled)
 ``messaging.client.consumed.messages``      counter             read, per stream/partition
-``liftbridge.client.consumed.bytes``        counter (By)        value bytes read, likewise
+``liftbridge.client.consumed.bytes``        counter (By)        message bytes read, likewise
 =========================================  ==================  ===========================
 
 Counters are cumulative for the process: a publisher that closes hands its final counts
@@ -144,8 +144,13 @@ class PublishSource(Protocol):
 class ReadCell:
     """Counters of one (stream, partition[, group]) read by this process.
 
-    A reader adds to ``messages`` and ``bytes`` per message it delivers (two integer
-    additions); cells live as long as the registry, so totals survive resubscribes.
+    ``messages`` counts the messages readers handed to their consumer (one that
+    failed to deserialize included); ``bytes`` their size as the broker sent them (the
+    encoded record: value, key, headers, subject...; no gRPC or HTTP/2 framing).
+    Readers add in bulk, from the flow-control accounting they keep anyway: when
+    their buffer drains, when they grant window back (every half window at most)
+    and when their call ends. Cells live as long as the registry, so totals survive
+    resubscribes.
     """
 
     messages: int = 0
@@ -292,7 +297,8 @@ class Metrics:
             "liftbridge.client.consumed.bytes",
             [lambda _: self._observe_cells(lambda c: c.bytes)],
             "By",
-            "Value bytes delivered by subscriptions and consumers, per stream and partition.",
+            "Bytes of the messages delivered by subscriptions and consumers (as the broker "
+            "sent them), per stream and partition.",
         )
 
     def _totals(self) -> PublishCounts:

@@ -6,6 +6,10 @@ connection on first use, starts calls on it, and ends every call of a connection
 that breaks, so that each subscription finds out and resubscribes. A broker that
 says GOAWAY keeps its running calls and gets a new connection for new ones.
 No thread is involved: the event loop reads every connection.
+
+A connection lost under running calls, or one that cannot be opened, is logged at
+WARNING under ``liftbridge_nats.subscription`` (once per connection; failures to
+connect at most every 10 s).
 """
 
 from __future__ import annotations
@@ -16,7 +20,16 @@ import ssl
 from typing import TYPE_CHECKING
 
 from ._h2 import UNAVAILABLE, H2Connection, H2ProtocolError, Status
-from ._stream_reader import MAX_BYTES, MAX_MESSAGES, CallHandle, StreamReader, status_error
+from ._log import RateLimitedLog, get_logger, redact
+from ._stream_reader import (
+    MAX_BYTES,
+    MAX_MESSAGES,
+    CallHandle,
+    CallStatusError,
+    Delivery,
+    StreamReader,
+    status_error,
+)
 from .errors import ClientClosedError
 
 if TYPE_CHECKING:
@@ -28,6 +41,10 @@ SUBSCRIBE_PATH = "/proto.API/Subscribe"
 # How long closing waits for a connection's transport to go (a TLS close exchanges
 # close_notify with the broker) before it aborts the transport.
 _CLOSE_WAIT = 1.0
+
+_log = get_logger("subscription")
+# A broker that is down is tried again by every subscription that needs it.
+_unreachable_log = RateLimitedLog(_log, interval=10.0)
 
 
 class _Call(CallHandle):
@@ -110,7 +127,11 @@ class _Connection(asyncio.Protocol):
                     else None,
                 )
         except (OSError, TimeoutError, ssl.SSLError) as exc:
-            self._fail(_unreachable(exc))
+            error = _unreachable(exc)
+            _unreachable_log.log(
+                "cannot connect to broker %s to read: %s", redact(self.address), error.details()
+            )
+            self._fail(error)
             return
         except asyncio.CancelledError:
             self._fail(ClientClosedError("the client is closed; open a new Client"))
@@ -152,12 +173,22 @@ class _Connection(asyncio.Protocol):
         return False  # close the transport
 
     def connection_lost(self, exc: Exception | None) -> None:
+        closing = self._broken  # closed by us: nothing to report
         self._pool.live.discard(self)
         if self._lost is not None and not self._lost.done():
             self._lost.set_result(None)
         self._broken = True
         self._pool.forget(self)
         detail = f"the broker closed the connection ({exc})" if exc else "Socket closed"
+        calls = self.h2.open_calls + len(self._pending)
+        if calls and not closing:
+            _log.warning(
+                "lost the connection to broker %s with %d subscriptions on it (%s); "
+                "they subscribe again",
+                redact(self.address),
+                calls,
+                detail,
+            )
         self.h2.connection_lost(detail)
         pending, self._pending = self._pending, []
         for reader, _, _ in pending:
@@ -178,6 +209,11 @@ class _Connection(asyncio.Protocol):
             self.close()
 
     def _abort(self, detail: str) -> None:
+        _log.warning(
+            "dropping the connection to broker %s: %s; its subscriptions subscribe again",
+            redact(self.address),
+            detail,
+        )
         self._broken = True
         self._pool.forget(self)
         self.h2.connection_lost(detail)
@@ -217,7 +253,7 @@ class _Connection(asyncio.Protocol):
                 await task
 
 
-def _unreachable(exc: BaseException) -> BaseException:
+def _unreachable(exc: BaseException) -> CallStatusError:
     if isinstance(exc, ssl.SSLError):
         detail = f"TLS handshake failed: {exc}"
     elif isinstance(exc, TimeoutError):
@@ -275,13 +311,18 @@ class ReadPool:
         request: bytes,
         *,
         skip_through: int | None,
+        delivery: Delivery | None = None,
     ) -> StreamReader:
         """Start a Subscribe call (a serialized request) to ``address``; its reader
-        (read-ahead bounded by the pool's ``max_messages`` and ``max_bytes``)."""
+        (read-ahead bounded by the pool's ``max_messages`` and ``max_bytes``; counting
+        and deserializing as ``delivery`` says)."""
         if self._closed:
             raise ClientClosedError("the client is closed; open a new Client")
         reader = StreamReader(
-            skip_through=skip_through, max_messages=self.max_messages, max_bytes=self.max_bytes
+            skip_through=skip_through,
+            max_messages=self.max_messages,
+            max_bytes=self.max_bytes,
+            delivery=delivery,
         )
         conn = self._connections.get(address)
         if conn is None or not conn.usable:

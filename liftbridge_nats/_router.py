@@ -12,6 +12,10 @@ stale (``invalid_metadata``), and retries a few times on such an error even when
 not retriable (a stream created a moment ago that this broker does not know yet). A
 write whose error says it may have been applied (``maybe_stored``, a timeout) is never
 sent again: that is the caller's decision.
+
+Logged under ``liftbridge_nats.client``: partition leaders that moved and brokers that
+joined or left (seen in a metadata refresh) and leader-routed calls that succeeded
+after retries at INFO; each failed attempt and each refresh at DEBUG.
 """
 
 # Per-call ``timeout`` arguments are part of the public API (seconds, retries included).
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
@@ -28,6 +33,7 @@ import grpc.aio
 
 from ._args import checked_seconds
 from ._grpc import Backoff, ChannelPool, TLSConfig, rpc_error
+from ._log import get_logger, redact
 from ._proto import api_pb2
 from ._stream_reader import MAX_BYTES, MAX_MESSAGES
 from .errors import (
@@ -52,6 +58,37 @@ if TYPE_CHECKING:
 _STALE_METADATA_RETRIES = 4
 # How long a broker may survey its peers before answering FetchMetadata (plus margin).
 _SURVEY_TIME = 5.0
+# Leader moves named in one log line, at most (a broker's death moves hundreds).
+_MOVES_LOGGED = 20
+
+_log = get_logger("client")
+
+
+def _log_changes(old: Metadata, new: Metadata) -> None:
+    """Log partition leaders that moved and brokers that came or went between two
+    metadata snapshots (streams known to both; nothing when nothing changed)."""
+    moves = []
+    for name, stream in new.streams.items():
+        before = old.streams.get(name)
+        if before is None:
+            continue
+        for pid, info in stream.partitions.items():
+            was = before.partitions.get(pid)
+            if was is not None and was.leader != info.leader:
+                moves.append(f"{name}/{pid} {was.leader or '(none)'} -> {info.leader or '(none)'}")
+    if moves:
+        more = f" and {len(moves) - _MOVES_LOGGED} more" if len(moves) > _MOVES_LOGGED else ""
+        _log.info("partition leaders moved: %s%s", ", ".join(sorted(moves)[:_MOVES_LOGGED]), more)
+    if old.brokers:
+        was_ids = {b.id for b in old.brokers}
+        now_ids = {b.id for b in new.brokers}
+        if was_ids != now_ids:
+            _log.info(
+                "brokers now %s (joined: %s; left: %s)",
+                ", ".join(sorted(now_ids)) or "none",
+                ", ".join(sorted(now_ids - was_ids)) or "none",
+                ", ".join(sorted(was_ids - now_ids)) or "none",
+            )
 
 
 class Router:
@@ -126,7 +163,17 @@ class Router:
                 ) from None
 
         resp = await self.call_any("fetch metadata", call, timeout=timeout, idempotent=True)
-        return self.cache.update(resp, stream_list, group_list)
+        old = self.cache.current
+        md = self.cache.update(resp, stream_list, group_list)
+        if _log.isEnabledFor(logging.INFO):
+            _log_changes(old, self.cache.current)
+        _log.debug(
+            "metadata: %d brokers, %d streams (asked for %s)",
+            len(resp.brokers),
+            len(resp.streamMetadata),
+            "all streams" if stream_list is None else ", ".join(stream_list) or "brokers only",
+        )
+        return md
 
     async def await_stream_state(self, stream: str, *, exists: bool, within: float) -> None:
         """Poll every known broker until each agrees that ``stream`` exists (or not).
@@ -280,8 +327,20 @@ class Router:
         while True:
             err: LiftbridgeError
             try:
+                address = "(none)"
                 address = await choose(attempt)
-                return await fn(self.pool.stub(address), max(backoff.remaining(), 0.001))
+                result = await fn(self.pool.stub(address), max(backoff.remaining(), 0.001))
+                if attempt:
+                    # A leader change followed is news; another broker answering a
+                    # call any broker can take is routine.
+                    _log.log(
+                        logging.INFO if refresh else logging.DEBUG,
+                        "%s succeeded on broker %s after %d failed attempts",
+                        what,
+                        redact(address),
+                        attempt,
+                    )
+                return result
             except grpc.aio.AioRpcError as exc:
                 if self._closed:  # close() cancelled the call (CANCELLED is never the server's)
                     raise ClientClosedError(
@@ -300,6 +359,13 @@ class Router:
                 stale += retry
             if self._closed or not retry or (attempts is not None and attempt >= attempts):
                 raise err
+            _log.debug(
+                "%s: attempt %d on broker %s failed, retrying: %s",
+                what,
+                attempt,
+                redact(address),
+                err,
+            )
             if not await backoff.sleep():
                 raise err
             if refresh and err.invalid_metadata:

@@ -10,7 +10,8 @@ buffered message costs its wire size (plus a bytes object), so the bound on the
 buffer is a bound on memory, and the decoding CPU is spent by the consumer that
 asked for it. ``get`` is the one place every message read passes through, once,
 whichever API delivers it (a subscription, a consumer's ``async for`` or
-``getmany``): the place for per-message read metrics or trace context.
+``getmany``): there it is counted for the read metrics and handed to the caller's
+deserializers (see :class:`Delivery`).
 
 Read-ahead is bounded with HTTP/2 flow control, per call: the server may send only
 as many bytes as the reader granted, and the reader grants bytes back as its
@@ -30,23 +31,26 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import grpc
 
 from ._proto import api_pb2
 from .errors import RpcError
 from .messages import Message
+from .serializers import Deserializer, decoded_fields
 from .wire import message_from_proto
 
 if TYPE_CHECKING:
     from ._h2 import Status
+    from ._metrics import ReadCell
 
 __all__ = [
     "MAX_BYTES",
     "MAX_MESSAGES",
     "OPENED",
     "CallStatusError",
+    "Delivery",
     "Item",
     "StreamEnd",
     "StreamReader",
@@ -76,6 +80,10 @@ OPENED: Final = _Opened()
 
 _CODES: Final = {code.value[0]: code for code in grpc.StatusCode}
 _parse: Final = api_pb2.Message.FromString
+# A message is built (frozen) by message_from_proto; its deserialized value and key
+# replace the bytes before anyone else sees it.
+_set_value: Final = getattr(Message, "value").__set__  # noqa: B009 (a slot descriptor)
+_set_key: Final = getattr(Message, "key").__set__  # noqa: B009
 
 
 class CallStatusError(grpc.RpcError):
@@ -122,7 +130,35 @@ class StreamEnd:
         return f"StreamEnd({self.error!r}, cancelled={self.cancelled})"
 
 
-Item = Message | _Opened | StreamEnd
+Item = Message[Any, Any] | _Opened | StreamEnd
+
+
+class Delivery:
+    """What a subscription asks of its readers for each message they hand over.
+
+    ``cell``: the read metrics' counters of the partition (messages, bytes);
+    None counts nothing. ``value_deserializer`` / ``key_deserializer``: applied to
+    the stored bytes (a key of None stays None); a failure raises
+    :class:`~liftbridge_nats.errors.DeserializationError` from :meth:`StreamReader.get`
+    with the message already taken, so the reader goes on with the next one.
+    """
+
+    __slots__ = ("cell", "key_deserializer", "value_deserializer")
+
+    def __init__(
+        self,
+        cell: ReadCell | None = None,
+        value_deserializer: Deserializer[Any] | None = None,
+        key_deserializer: Deserializer[Any] | None = None,
+    ) -> None:
+        self.cell = cell
+        self.value_deserializer = value_deserializer
+        self.key_deserializer = key_deserializer
+
+    @property
+    def deserializing(self) -> bool:
+        """Whether a value or key deserializer is set."""
+        return self.value_deserializer is not None or self.key_deserializer is not None
 
 
 class CallHandle:
@@ -151,9 +187,12 @@ class StreamReader:
         skip_through: int | None = None,
         max_messages: int = MAX_MESSAGES,
         max_bytes: int = MAX_BYTES,
+        delivery: Delivery | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._skip_through = -1 if skip_through is None else skip_through
+        self._cell = None if delivery is None else delivery.cell
+        self._delivery = delivery if delivery is not None and delivery.deserializing else None
         self._max_messages = max(2, max_messages)
         self._max_bytes = max(MIN_WINDOW, max_bytes)
         self._buffer: deque[bytes | StreamEnd] = deque()
@@ -174,6 +213,10 @@ class StreamReader:
         self._credit = min(FIRST_WINDOW, self._max_bytes)
         self._owed = 0
         self._owed_count = 0
+        # Of what is owed, the messages (and their cost) the read metrics have
+        # counted already, or never will (see _count).
+        self._counted = 0
+        self._counted_bytes = 0
         self._grant_at = self._credit // 2
         # Size of a message arriving in pieces, that the window must fit (0: none).
         self._need = 0
@@ -233,6 +276,7 @@ class StreamReader:
     def _finish(self, end: StreamEnd) -> None:
         if self._ended:
             return
+        self._count()
         self._ended = True
         self.end = end
         self._buffer.append(end)
@@ -268,10 +312,22 @@ class StreamReader:
         while buffer:
             body = buffer.popleft()
             if type(body) is not bytes:
+                self._count()
                 return body  # type: ignore[return-value]
             cost = len(body) + _PREFIX
             self._owed += cost
             self._owed_count += 1
+            if self._opened:
+                pb = _parse(body)
+                taken = pb.offset > self._skip_through
+            else:  # the server's empty first message
+                pb = None
+                taken = False
+            if not taken:
+                # The handshake, or a message replayed after a resubscription:
+                # flow control counts it, the read metrics do not.
+                self._counted += 1
+                self._counted_bytes += cost
             if self._need:
                 if cost >= self._need:
                     self._need = 0  # the message arriving in pieces is here
@@ -279,13 +335,41 @@ class StreamReader:
                     self._grant()  # everything drained: the window must reopen now
             if self._owed >= self._grant_at:
                 self._grant()
-            if not self._opened:
+            if pb is None:
                 self._opened = True
                 return OPENED
-            pb = _parse(body)
-            if pb.offset > self._skip_through:
-                return message_from_proto(pb)
+            if taken:
+                if self._delivery is None:
+                    return message_from_proto(pb)
+                return self._deserialized(message_from_proto(pb))
+        self._count()  # drained: the consumer has caught up
         return None
+
+    def _count(self) -> None:
+        """Add the messages taken since the last count to the read metrics.
+
+        Flow control already adds up what the consumer takes (``_owed``); the
+        metrics take their share from there at each grant, whenever the buffer is
+        drained and when the call ends, instead of counting message by message.
+        """
+        cell = self._cell
+        if cell is not None:
+            count = self._owed_count - self._counted
+            if count:
+                cell.messages += count
+                cell.bytes += self._owed - self._counted_bytes - count * _PREFIX
+                self._counted = self._owed_count
+                self._counted_bytes = self._owed
+
+    def _deserialized(self, message: Message) -> Message[Any, Any]:
+        """``message`` with its value and key deserialized; DeserializationError
+        (naming it) when they cannot be, and the message is taken all the same."""
+        delivery = self._delivery
+        assert delivery is not None
+        value, key = decoded_fields(message, delivery.value_deserializer, delivery.key_deserializer)
+        _set_value(message, value)
+        _set_key(message, key)
+        return message
 
     def _grant(self) -> None:
         """Give the server back the window the consumer freed, sized to the limits.
@@ -312,8 +396,8 @@ class StreamReader:
         else:
             self._credit = target
             handle.grant(increment)
-        self._owed = 0
-        self._owed_count = 0
+        self._count()
+        self._owed = self._owed_count = self._counted = self._counted_bytes = 0
         self._grant_at = max(1, target // 2)
 
     async def wait(self) -> None:
@@ -337,6 +421,7 @@ class StreamReader:
 
     def cancel(self) -> None:
         """Cancel the call (returns at once; idempotent)."""
+        self._count()  # what was taken after the call ended, too
         if self._ended:
             return
         self._closing = True

@@ -17,21 +17,25 @@ Who pays what:
 
 On the read side :func:`extract_context` (also ``Message.trace_context``) recovers the
 producer's context from the stored headers, and :func:`consumer_span` starts a CONSUMER
-span linked to the producer's span. Extraction needs only the API, no SDK.
+span linked to the producer's span (or, for a batch, to each message's producer span).
+Extraction needs only the API, no SDK.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
+
+from .errors import InvalidArgumentError
+from .messages import Message
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
-    from .messages import Ack, Message
+    from .messages import Ack
 
 __all__ = [
     "SCOPE",
@@ -57,6 +61,7 @@ DESTINATION: Final = "messaging.destination.name"
 PARTITION: Final = "messaging.destination.partition.id"
 MESSAGE_ID: Final = "messaging.message.id"
 GROUP: Final = "messaging.consumer.group.name"
+BATCH_COUNT: Final = "messaging.batch.message_count"
 ERROR_TYPE: Final = "error.type"
 # Liftbridge's own, in the system's namespace as the conventions ask.
 LB_SUBJECT: Final = "messaging.liftbridge.subject"
@@ -136,7 +141,7 @@ class _HeaderSetter:
 class _HeaderGetter:
     """Reads propagation fields from Liftbridge headers; undecodable values are ignored."""
 
-    def get(self, carrier: Mapping[str, bytes], key: str) -> list[str] | None:
+    def get(self, carrier: Mapping[str, bytes | bytearray], key: str) -> list[str] | None:
         data = carrier.get(key)
         if data is None:
             lowered = key.lower()
@@ -151,7 +156,7 @@ class _HeaderGetter:
         except (UnicodeDecodeError, TypeError):
             return None
 
-    def keys(self, carrier: Mapping[str, bytes]) -> list[str]:
+    def keys(self, carrier: Mapping[str, bytes | bytearray]) -> list[str]:
         return list(carrier)
 
 
@@ -175,9 +180,11 @@ def inject_context(
     return carrier
 
 
-def extract_context(headers: Mapping[str, bytes] | None) -> Context | None:
+def extract_context(headers: Mapping[str, bytes | bytearray] | None) -> Context | None:
     """The OpenTelemetry context carried in a message's headers, or None when they carry
-    no valid span context and no baggage (or ``opentelemetry-api`` is not installed)."""
+    no valid span context and no baggage (or ``opentelemetry-api`` is not installed).
+
+    Header values may be bytes or bytearray (a Spark row's ``headers`` column)."""
     if not headers or not _Otel.load():
         return None
     # Most messages carry none: one pass over the names answers that for a tenth of
@@ -324,7 +331,7 @@ def publish_tracer(tracing: object) -> PublishTracer | None:
 
 @contextlib.contextmanager
 def consumer_span(
-    message: Message[Any, Any],
+    message: Message[Any, Any] | Sequence[Message[Any, Any]],
     *,
     tracer_provider: TracerProvider | None = None,
     group: str | None = None,
@@ -338,14 +345,36 @@ def consumer_span(
             with consumer_span(msg) as span:
                 handle(msg)
 
+        for tp, messages in (await consumer.getmany(timeout=1.0)).items():
+            with consumer_span(messages, group=consumer.group_id):
+                handle_batch(messages)
+
     The span (``process <stream>``) is current inside the block, carries the messaging
     attributes (stream, partition, offset, subject, ``group`` when given), links to the
     span that published the message when its headers carry one, and records an
     exception leaving the block. ``child_of_producer=True`` also makes the producer's
     span its parent (one trace from publish to processing) instead of the current span.
+
+    Given a non-empty sequence of messages (a batch, as ``getmany`` returns), the one
+    span links to every distinct producer span among them and carries
+    ``messaging.batch.message_count`` (and the stream and partition when all share
+    them); ``child_of_producer`` needs a single message.
+
     Yields None, and does nothing, when ``opentelemetry-api`` is not installed; yields
     a non-recording span, and does nothing else, when no SDK is configured.
     """
+    batch: Sequence[Message[Any, Any]] | None = None
+    if not isinstance(message, Message):
+        batch = list(message)
+        if not batch or not all(isinstance(m, Message) for m in batch):
+            raise InvalidArgumentError(
+                "consumer_span needs a Message or a non-empty sequence of them"
+            )
+        if child_of_producer:
+            raise InvalidArgumentError(
+                "child_of_producer=True needs a single message: a batch can only link "
+                "to its producers"
+            )
     if not _Otel.load():
         yield None
         return
@@ -358,26 +387,33 @@ def consumer_span(
         if tracer_provider is not None
         else _Otel.tracer
     )
-    producer = extract_context(message.headers)
-    links = []
-    if producer is not None:
-        span_context = trace.get_current_span(producer).get_span_context()
-        if span_context.is_valid:
-            links.append(trace.Link(span_context))
     attributes: dict[str, str | int] = {
         SYSTEM: LIFTBRIDGE,
         OPERATION_TYPE: "process",
         OPERATION_NAME: "process",
-        DESTINATION: message.stream,
-        PARTITION: str(message.partition),
-        LB_OFFSET: message.offset,
     }
-    if message.subject:
-        attributes[LB_SUBJECT] = message.subject
+    producer = None
+    if batch is None:
+        assert isinstance(message, Message)
+        producer = extract_context(message.headers)
+        links = _links([producer])
+        attributes[DESTINATION] = message.stream
+        attributes[PARTITION] = str(message.partition)
+        attributes[LB_OFFSET] = message.offset
+        if message.subject:
+            attributes[LB_SUBJECT] = message.subject
+    else:
+        links = _links(extract_context(m.headers) for m in batch)
+        attributes[BATCH_COUNT] = len(batch)
+        if len({m.stream for m in batch}) == 1:
+            attributes[DESTINATION] = batch[0].stream
+            if len({m.partition for m in batch}) == 1:
+                attributes[PARTITION] = str(batch[0].partition)
     if group is not None:
         attributes[GROUP] = group
+    stream = attributes.get(DESTINATION)
     with tracer.start_as_current_span(
-        f"process {message.stream}",
+        "process" if stream is None else f"process {stream}",
         context=producer if child_of_producer else None,
         kind=trace.SpanKind.CONSUMER,
         links=links,
@@ -388,3 +424,19 @@ def consumer_span(
         except Exception as exc:
             span.set_attribute(ERROR_TYPE, error_type(exc))
             raise
+
+
+def _links(contexts: Iterable[Context | None]) -> list[Any]:
+    """A link to each distinct valid span context among ``contexts``."""
+    trace = _Otel.trace
+    links = []
+    seen = set()
+    for ctx in contexts:
+        if ctx is None:
+            continue
+        span_context = trace.get_current_span(ctx).get_span_context()
+        key = (span_context.trace_id, span_context.span_id)
+        if span_context.is_valid and key not in seen:
+            seen.add(key)
+            links.append(trace.Link(span_context))
+    return links

@@ -14,12 +14,13 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import cursors as _cursors
 from ._args import (
     INT32_MAX,
     Duration,
+    checked_callable,
     checked_int,
     checked_name,
     checked_partition,
@@ -31,6 +32,8 @@ from ._args import (
     publish_request,
 )
 from ._grpc import TLSConfig, parse_brokers
+from ._log import get_logger
+from ._metrics import metrics_for
 from ._names import DEFAULT_MAX_PARTITIONS, check_stream_name
 from ._proto import api_pb2
 from ._publish_async import AsyncPublisher, publish_error
@@ -38,7 +41,7 @@ from ._router import Router
 from ._stream_reader import MAX_BYTES, MAX_MESSAGES, MIN_WINDOW
 from .activity import ActivityStream
 from .errors import InvalidArgumentError, LiftbridgeError, NoSuchStreamError
-from .messages import Ack, AckPolicy, StartPosition, StopPosition
+from .messages import Ack, AckPolicy, K, StartPosition, StopPosition, V
 from .metadata import Metadata, PartitionInfo, StreamInfo, partition_from_proto
 from .subscription import Subscription, TimeSpec, subscription_options
 from .wire import ack_from_proto
@@ -47,13 +50,18 @@ if TYPE_CHECKING:
     import asyncio
     from types import TracebackType
 
+    from opentelemetry.metrics import MeterProvider
+
     from ._router import Stub
     from .groups import Consumer, ConsumerRebalanceListener
+    from .serializers import Deserializer
 
 __all__ = ["DEFAULT_MAX_PARTITIONS", "REPLICATION_MAX", "Client", "TLSConfig"]
 
 REPLICATION_MAX = -1
 """``replication_factor`` that asks for one replica on every broker."""
+
+_log = get_logger("client")
 
 
 class Client:
@@ -72,6 +80,12 @@ class Client:
     more than ``read_ahead_bytes`` bytes (at least 16 KiB), so memory grows with the
     partitions read, by that much each.
 
+    ``metrics``: subscriptions and consumers count the messages and value bytes they
+    read, per stream and partition (and group), for OpenTelemetry's
+    ``messaging.client.consumed.messages`` and ``liftbridge.client.consumed.bytes``
+    (the ``otel`` extra): True reports through the global meter provider, a
+    ``MeterProvider`` through that one, False not at all.
+
     Use it as ``async with Client([...]) as client:``; leaving the block closes every
     channel and subscription.
     """
@@ -87,7 +101,9 @@ class Client:
         max_partitions: int = DEFAULT_MAX_PARTITIONS,
         read_ahead_messages: int = MAX_MESSAGES,
         read_ahead_bytes: int = MAX_BYTES,
+        metrics: bool | MeterProvider = True,
     ) -> None:
+        self._metrics = metrics_for(metrics)
         checked_seconds(timeout, "timeout")
         checked_seconds(resubscribe_wait, "resubscribe_wait")
         checked_seconds(metadata_max_age, "metadata_max_age", zero=True)
@@ -105,7 +121,7 @@ class Client:
         )
         self._resubscribe_wait = resubscribe_wait
         self._async_publisher: AsyncPublisher | None = None
-        self._consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
+        self._consumers: weakref.WeakSet[Consumer[Any, Any]] = weakref.WeakSet()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -277,6 +293,7 @@ class Client:
                 await sub.start()
             finally:
                 await sub.aclose()
+        _log.info("resumed stream %r partitions %s", name, ", ".join(map(str, targets)) or "none")
         await self._router.fetch_metadata([name], timeout=timeout)
 
     async def set_stream_readonly(
@@ -380,7 +397,9 @@ class Client:
         stop_time: TimeSpec | None = None,
         read_isr_replica: bool = False,
         resume: bool = False,
-    ) -> Subscription:
+        value_deserializer: Deserializer[V] | None = None,
+        key_deserializer: Deserializer[K] | None = None,
+    ) -> Subscription[V, K]:
         """Read one partition as an async iterator of :class:`Message`.
 
         Start: NEW_ONLY (default), OFFSET (``start_offset``), EARLIEST, LATEST, or
@@ -392,7 +411,16 @@ class Client:
         from a random in-sync replica instead of the leader; ``resume`` resumes a paused
         partition first. Arguments are checked now (:class:`InvalidArgumentError`);
         the server is contacted on ``start()``, ``async with`` or the first message.
+
+        ``value_deserializer`` / ``key_deserializer`` (any callable ``bytes -> object``,
+        see :mod:`liftbridge_nats.serializers`) turn the stored bytes into the
+        message's ``value`` / ``key`` (a key of None stays None). A message they
+        refuse is raised as :class:`~liftbridge_nats.errors.DeserializationError`
+        (stream, partition, offset and the undecoded ``raw_message``); the next
+        message follows on the next iteration.
         """
+        checked_callable(value_deserializer, "value_deserializer")
+        checked_callable(key_deserializer, "key_deserializer")
         options = subscription_options(
             stream,
             partition=partition,
@@ -405,7 +433,14 @@ class Client:
             read_isr_replica=read_isr_replica,
             resume=resume,
         )
-        return Subscription(self._router, options, resubscribe_wait=self._resubscribe_wait)
+        return Subscription(
+            self._router,
+            options,
+            resubscribe_wait=self._resubscribe_wait,
+            value_deserializer=value_deserializer,
+            key_deserializer=key_deserializer,
+            metrics=self._metrics,
+        )
 
     def activity(
         self,
@@ -472,7 +507,9 @@ class Client:
         assignment_interval: float | None = None,
         listener: ConsumerRebalanceListener | None = None,
         handover_wait: float = 0.5,
-    ) -> Consumer:
+        value_deserializer: Deserializer[V] | None = None,
+        key_deserializer: Deserializer[K] | None = None,
+    ) -> Consumer[V, K]:
         """A member of consumer group ``group_id`` reading ``streams``.
 
         ``async with client.consumer("g", ["orders"]) as consumer: async for msg in
@@ -486,10 +523,16 @@ class Client:
         the server suggests (40% of its consumer timeout). ``listener`` is told of
         partitions assigned and revoked. ``handover_wait`` is how long a member taking
         a partition over waits for the previous owner's last commit before it reads.
+        ``value_deserializer`` / ``key_deserializer`` work as in :meth:`subscribe`; a
+        message they refuse is raised (by ``async for``, ``getmany`` or ``getone``) as
+        :class:`~liftbridge_nats.errors.DeserializationError` and counts as delivered:
+        the partition's position moves past it and a commit stores it.
         """
         from .groups import Consumer
 
-        consumer = Consumer(
+        checked_callable(value_deserializer, "value_deserializer")
+        checked_callable(key_deserializer, "key_deserializer")
+        consumer: Consumer[V, K] = Consumer(
             self._router,
             group_id,
             [streams] if isinstance(streams, str) else list(streams),
@@ -500,6 +543,9 @@ class Client:
             resubscribe_wait=self._resubscribe_wait,
             listener=listener,
             handover_wait=handover_wait,
+            value_deserializer=value_deserializer,
+            key_deserializer=key_deserializer,
+            metrics=self._metrics,
         )
         self._consumers.add(consumer)
         return consumer

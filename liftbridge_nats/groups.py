@@ -22,7 +22,15 @@ Delivery: positions move as messages are delivered. With the periodic checkpoint
 (the default), a member commits what it delivered every few seconds, when it loses
 a partition and when it closes, and a member taking a partition over waits briefly
 for that last commit: a group whose members come and go delivers each message once.
-A member that dies delivers again what it had not committed (at least once).
+A member that dies delivers again what it had not committed (at least once). A
+message the deserializers refuse is delivered as a
+:class:`~liftbridge_nats.errors.DeserializationError`: it moves the position as a
+message would (as confluent-kafka's deserializing consumer does), so a commit does
+not bring it back; park ``raw_message`` (or ``seek`` back to it) to keep it.
+
+Membership changes are logged (``liftbridge_nats.groups``): partitions assigned and
+revoked, epoch and coordinator changes, hand-overs at INFO; an eviction and failed
+commits at WARNING.
 """
 
 # Per-call ``timeout`` arguments are part of the public API (seconds, retries included).
@@ -32,23 +40,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import logging
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Mapping, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Generic, NamedTuple
 
 from . import cursors
 from ._fetcher import Fetcher, PartitionState
+from ._log import RateLimitedLog, get_logger
 from ._membership import Membership
 from ._proto import api_pb2
 from .cursors import group_cursor_id
 from .errors import ClientClosedError, InvalidArgumentError, LiftbridgeError, NotAssignedError
 from .lag import PartitionLag, group_lag
-from .messages import Message, StartPosition
+from .messages import K, Message, StartPosition, V
 
 if TYPE_CHECKING:
+    from ._metrics import Metrics
     from ._router import Router
+    from .serializers import Deserializer
 
 __all__ = [
     "Consumer",
@@ -57,7 +67,7 @@ __all__ = [
     "group_cursor_id",
 ]
 
-_log = logging.getLogger("liftbridge_nats.groups")
+_log = get_logger("groups")
 
 # Messages the iteration takes from one partition before it looks at the next.
 _ITER_BATCH = 256
@@ -96,6 +106,15 @@ class ConsumerRebalanceListener:
         return None
 
 
+def partition_list(keys: Iterable[tuple[str, int]], most: int = 20) -> str:
+    """``orders/0, orders/1`` for a log line (sorted; the first ``most`` of them)."""
+    ordered = sorted(keys)
+    text = ", ".join(f"{stream}/{partition}" for stream, partition in ordered[:most])
+    if len(ordered) > most:
+        text += f" and {len(ordered) - most} more"
+    return text or "none"
+
+
 def _key(partition: object) -> StreamPartition:
     if (
         isinstance(partition, tuple)
@@ -108,7 +127,7 @@ def _key(partition: object) -> StreamPartition:
     raise TypeError(f"a partition is a (stream, partition) tuple, got {partition!r}")
 
 
-class Consumer:
+class Consumer(Generic[V, K]):
     """A consumer-group member; see the module docstring and :meth:`Client.consumer`.
 
     ``async with client.consumer(group, streams) as consumer: async for msg in
@@ -129,6 +148,9 @@ class Consumer:
         resubscribe_wait: float = 30.0,
         listener: ConsumerRebalanceListener | None = None,
         handover_wait: float = 0.5,
+        value_deserializer: Deserializer[V] | None = None,
+        key_deserializer: Deserializer[K] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         if not group_id:
             raise InvalidArgumentError("group_id must not be empty")
@@ -171,12 +193,18 @@ class Consumer:
             resubscribe_wait=resubscribe_wait,
             handover_wait=handover_wait,
             on_lost=self._on_lost,
+            value_deserializer=value_deserializer,
+            key_deserializer=key_deserializer,
+            metrics=metrics,
         )
+        # Periodic commits that fail (a fail-over in progress) are retried at the next
+        # tick: reported at most every 30 s.
+        self._commit_failures = RateLimitedLog(_log, interval=30.0)
         # Partitions being handed back: commit() still finds them while the revoke
         # listener runs.
         self._revoking: dict[tuple[str, int], PartitionState] = {}
         # What the iteration took and has not delivered yet, partition by partition.
-        self._batches: deque[tuple[PartitionState, list[Message]]] = deque()
+        self._batches: deque[tuple[PartitionState, list[Message[V, K]]]] = deque()
         self._batch_pos = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._commit_lock = asyncio.Lock()
@@ -214,7 +242,7 @@ class Consumer:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def __aenter__(self) -> Consumer:
+    async def __aenter__(self) -> Consumer[V, K]:
         await self.start()
         return self
 
@@ -246,6 +274,8 @@ class Consumer:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         parts = self._fetcher.detach(list(self._fetcher.parts))
+        if parts:
+            self._log_revoked(parts)
         self._batches.clear()
         self._fetcher.wake()  # an iteration waiting for messages ends
         await self._fetcher.stop(parts)
@@ -270,10 +300,10 @@ class Consumer:
 
     # ------------------------------------------------------------------ reading
 
-    def __aiter__(self) -> Consumer:
+    def __aiter__(self) -> Consumer[V, K]:
         return self
 
-    async def __anext__(self) -> Message:
+    async def __anext__(self) -> Message[V, K]:
         batches = self._batches
         while True:
             while batches:
@@ -299,7 +329,7 @@ class Consumer:
         *partitions: tuple[str, int],
         timeout: float = 0.0,
         max_records: int | None = None,
-    ) -> dict[StreamPartition, list[Message]]:
+    ) -> dict[StreamPartition, list[Message[V, K]]]:
         """Messages per partition: what is buffered now, or the first to arrive within
         ``timeout`` seconds (0: do not wait). ``partitions`` limits which (default:
         all assigned, paused ones excepted); ``max_records`` bounds the total.
@@ -307,7 +337,11 @@ class Consumer:
         As in aiokafka, every message returned counts as delivered: its offset is the
         partition's position and what :meth:`commit` stores. Raises the error of a
         partition that cannot be read (a deleted stream, say), and
-        :class:`ClientClosedError` once the consumer is closed.
+        :class:`ClientClosedError` once the consumer is closed. A message the
+        deserializers refuse is raised as
+        :class:`~liftbridge_nats.errors.DeserializationError` once the messages
+        before it were returned, and counts as delivered: the next call goes on
+        after it.
         """
         if self._closed:
             raise ClientClosedError("this consumer is closed; create a new one")
@@ -321,10 +355,10 @@ class Consumer:
         limit = max_records if max_records is not None else 2**62
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        result: dict[StreamPartition, list[Message]] = {}
+        result: dict[StreamPartition, list[Message[V, K]]] = {}
         while True:
             got = self._drain_iteration(keys, limit)
-            got += self._fetcher.collect(keys, limit - len(got))
+            got += self._fetcher.collect(keys, limit - len(got), raise_now=not got)
             for part, messages in got:
                 part.last = messages[-1].offset
                 result.setdefault(StreamPartition(*part.key), []).extend(messages)
@@ -337,10 +371,10 @@ class Consumer:
 
     def _drain_iteration(
         self, keys: frozenset[tuple[str, int]] | None, limit: int
-    ) -> list[tuple[PartitionState, list[Message]]]:
+    ) -> list[tuple[PartitionState, list[Message[V, K]]]]:
         """What ``async for`` took and did not deliver goes first (mixing both is fine)."""
-        out: list[tuple[PartitionState, list[Message]]] = []
-        kept: deque[tuple[PartitionState, list[Message]]] = deque()
+        out: list[tuple[PartitionState, list[Message[V, K]]]] = []
+        kept: deque[tuple[PartitionState, list[Message[V, K]]]] = deque()
         first = True
         while self._batches:
             part, messages = self._batches.popleft()
@@ -358,7 +392,7 @@ class Consumer:
         self._batches.extend(kept)  # in place: a waiting __anext__ holds the deque
         return [(p, m) for p, m in out if m]
 
-    async def getone(self, *partitions: tuple[str, int]) -> Message:
+    async def getone(self, *partitions: tuple[str, int]) -> Message[V, K]:
         """The next message (of ``partitions``, default all), waiting as long as it takes."""
         while True:
             got = await self.getmany(*partitions, timeout=3600.0, max_records=1)
@@ -543,6 +577,9 @@ class Consumer:
             except LiftbridgeError as exc:
                 # Errors here are the cluster's weather (fail-overs, rebalances): keep
                 # the member alive and try again at the next beat.
+                _log.debug(
+                    "group %r member %s: heartbeat: %s", self.group_id, self.consumer_id, exc
+                )
                 with contextlib.suppress(LiftbridgeError):
                     await self._recover(exc)
 
@@ -551,6 +588,12 @@ class Consumer:
         membership = self._membership
         if membership.evicted(exc):
             # Evicted (missed heartbeats) or the group is gone: join again.
+            _log.warning(
+                "group %r member %s is no longer a member (%s); joining again",
+                self.group_id,
+                self.consumer_id,
+                exc,
+            )
             await self._release(list(self._fetcher.parts))
             membership.joined = False
             await membership.join()
@@ -561,7 +604,15 @@ class Consumer:
         if self._auto_checkpoint is not None:
             with contextlib.suppress(LiftbridgeError):
                 await self.commit()
+        before = membership.coordinator, membership.epoch
         if await membership.follow_metadata():
+            _log.info(
+                "group %r: coordinator %s, epoch %d (was %s, %d)",
+                self.group_id,
+                membership.coordinator,
+                membership.epoch,
+                *before,
+            )
             with contextlib.suppress(LiftbridgeError):
                 assigned, epoch = await membership.fetch_assignments()
                 await self._reconcile(assigned, epoch)
@@ -571,8 +622,16 @@ class Consumer:
     async def _checkpoint_loop(self, interval: float) -> None:
         while True:
             await asyncio.sleep(interval)
-            with contextlib.suppress(LiftbridgeError):
+            try:
                 await self.commit()
+            except LiftbridgeError as exc:
+                self._commit_failures.log(
+                    "group %r member %s: periodic commit failed, retried in %g s: %s",
+                    self.group_id,
+                    self.consumer_id,
+                    interval,
+                    exc,
+                )
 
     # ------------------------------------------------------------------ partitions
 
@@ -593,6 +652,14 @@ class Consumer:
                 new.append(self._fetcher.add(key, epoch, previous))
                 if previous is None:
                     fresh.add(StreamPartition(*key))
+            if fresh:
+                _log.info(
+                    "group %r member %s, epoch %d: assigned %s",
+                    self.group_id,
+                    self.consumer_id,
+                    epoch,
+                    partition_list(fresh),
+                )
             if fresh and self._listener is not None:
                 await self._call_listener("on_partitions_assigned", fresh)
             for part in new:
@@ -605,6 +672,14 @@ class Consumer:
         """The server ended a partition's stream: another member took it over. What
         the iteration took from it is not delivered; the rest of the hand-back (the
         commit the new owner waits for) follows at once in a task."""
+        _log.info(
+            "group %r member %s: partition %s/%d was taken over by another member after "
+            "offset %s; handing it back",
+            self.group_id,
+            self.consumer_id,
+            *part.key,
+            "none" if part.last is None else part.last,
+        )
         self._forget_taken(part)
         task = asyncio.ensure_future(self._hand_back(part))
         self._tasks.append(task)
@@ -636,6 +711,7 @@ class Consumer:
         parts = self._fetcher.detach(keys)
         if not parts:
             return
+        self._log_revoked(parts)
         await self._fetcher.stop(parts)
         for part in parts:
             self._revoking[part.key] = part
@@ -652,6 +728,14 @@ class Consumer:
             for part in parts:
                 if self._revoking.get(part.key) is part:
                     del self._revoking[part.key]
+
+    def _log_revoked(self, parts: list[PartitionState]) -> None:
+        _log.info(
+            "group %r member %s: revoked %s",
+            self.group_id,
+            self.consumer_id,
+            partition_list(p.key for p in parts),
+        )
 
     async def _call_listener(self, name: str, partitions: set[StreamPartition]) -> None:
         try:

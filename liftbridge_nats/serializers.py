@@ -111,12 +111,7 @@ def deserialize_message(
     Raises :class:`DeserializationError` naming the message and carrying it undecoded
     (``raw_message``); nothing else about the reader changes, so reading can go on.
     """
-    value: Any = message.value
-    key: Any = message.key
-    if value_deserializer is not None:
-        value = _deserialize(value_deserializer, value, "value", message)
-    if key_deserializer is not None and key is not None:
-        key = _deserialize(key_deserializer, key, "key", message)
+    value, key = decoded_fields(message, value_deserializer, key_deserializer)
     return Message(
         message.stream,
         message.partition,
@@ -128,6 +123,26 @@ def deserialize_message(
         message.reply_subject,
         message.headers,
     )
+
+
+def decoded_fields(
+    message: Message,
+    value_deserializer: Deserializer[Any] | None,
+    key_deserializer: Deserializer[Any] | None,
+) -> tuple[Any, Any]:
+    """The value and key of ``message`` deserialized (each as is without its
+    deserializer, a key of None as None); :class:`DeserializationError` otherwise.
+
+    What :func:`deserialize_message` and the SDK's readers share; they build the
+    message from these.
+    """
+    value: Any = message.value
+    key: Any = message.key
+    if value_deserializer is not None:
+        value = _deserialize(value_deserializer, value, "value", message)
+    if key_deserializer is not None and key is not None:
+        key = _deserialize(key_deserializer, key, "key", message)
+    return value, key
 
 
 def _deserialize(deserializer: Deserializer[Any], data: bytes, what: str, message: Message) -> Any:

@@ -10,6 +10,12 @@ costs the server's patience, not memory here.
 When the stream breaks (the leader died, lost leadership, or the connection dropped)
 the iterator refreshes the metadata and subscribes again at the offset after the last
 one it delivered: no gap and no duplicate. Stop positions end the iteration cleanly.
+Both are logged (``liftbridge_nats.subscription``): the break and the resubscription
+at INFO, a subscription given up at ERROR, failed attempts at DEBUG.
+
+A message whose value or key the caller's deserializer refuses is raised as a
+:class:`~liftbridge_nats.errors.DeserializationError` in its place: the position moves
+past it as if it had been delivered, and the next ``__anext__`` goes on after it.
 """
 
 from __future__ import annotations
@@ -22,17 +28,19 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic
 
 import grpc
 
 from ._args import checked_int, checked_name, checked_partition
 from ._grpc import Backoff, rpc_error
+from ._log import get_logger, redact
 from ._proto import api_pb2
-from ._stream_reader import OPENED, StreamEnd, StreamReader
+from ._stream_reader import OPENED, Delivery, StreamEnd, StreamReader
 from .errors import (
     BadRequestError,
     ClientClosedError,
+    DeserializationError,
     InvalidArgumentError,
     LiftbridgeError,
     NoLeaderError,
@@ -41,10 +49,12 @@ from .errors import (
     PartitionPausedError,
     RpcTimeoutError,
 )
-from .messages import Message, StartPosition, StopPosition
+from .messages import K, Message, StartPosition, StopPosition, V
 
 if TYPE_CHECKING:
+    from ._metrics import Metrics
     from ._router import Router
+    from .serializers import Deserializer
 
 __all__ = ["Subscription", "SubscriptionOptions", "TimeSpec", "subscription_options"]
 
@@ -69,6 +79,8 @@ _STOP_PB = {
 _SUBSCRIPTIONS = itertools.count(1)
 # The server says this when a stop position lies before the start: an empty range.
 _EMPTY_RANGE = "stop offset is before start offset"
+
+_log = get_logger("subscription")
 
 
 def to_nanos(when: TimeSpec, name: str) -> int:
@@ -219,7 +231,7 @@ class _Resubscribe(Exception):
         self.cause = cause
 
 
-class Subscription:
+class Subscription(Generic[V, K]):
     """An async iterator of :class:`~liftbridge_nats.messages.Message` from one partition.
 
     Use ``async with client.subscribe(...) as sub: async for msg in sub: ...`` so that
@@ -231,6 +243,11 @@ class Subscription:
     An open subscription reads ahead of the iteration, at most about 4096 messages
     and 4 MiB; it needs no thread of its own (every subscription is read by the event
     loop). ``aclose()`` (and closing the client) ends the server stream.
+
+    With deserializers (see :meth:`Client.subscribe`) it yields ``Message[V, K]``;
+    a message they refuse is raised as a
+    :class:`~liftbridge_nats.errors.DeserializationError` and the iteration goes on
+    with the next one.
     """
 
     def __init__(
@@ -241,11 +258,29 @@ class Subscription:
         resubscribe_wait: float = 30.0,
         group: api_pb2.Consumer | None = None,
         listener: Callable[[], object] | None = None,
+        value_deserializer: Deserializer[V] | None = None,
+        key_deserializer: Deserializer[K] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.options = options
         self._router = router
         self._resubscribe_wait = resubscribe_wait
         self._group = group
+        cell = (
+            None
+            if metrics is None
+            else metrics.read_cell(
+                options.stream, options.partition, group.groupId if group is not None else None
+            )
+        )
+        # What each reader does per message it hands over (None: nothing).
+        self._delivery = (
+            Delivery(cell, value_deserializer, key_deserializer)
+            if cell is not None or value_deserializer is not None or key_deserializer is not None
+            else None
+        )
+        # The broker of the current (or last) server stream, for the logs.
+        self._address = ""
         self._stop_offset = (
             options.stop_offset if options.stop_position is StopPosition.OFFSET else None
         )
@@ -278,7 +313,7 @@ class Subscription:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def __aenter__(self) -> Subscription:
+    async def __aenter__(self) -> Subscription[V, K]:
         await self.start()
         return self
 
@@ -316,10 +351,10 @@ class Subscription:
 
     # ------------------------------------------------------------------ iteration
 
-    def __aiter__(self) -> Subscription:
+    def __aiter__(self) -> Subscription[V, K]:
         return self
 
-    async def __anext__(self) -> Message:
+    async def __anext__(self) -> Message[V, K]:
         while True:
             message = self._take()
             if message is not None:
@@ -332,7 +367,7 @@ class Subscription:
             else:
                 await reader.wait()
 
-    def _take(self) -> Message | None:
+    def _take(self) -> Message[V, K] | None:
         """The next buffered message, or None. Meeting the end of a server stream, it
         decides what follows (no I/O: the caller subscribes again or stops)."""
         error = self._error
@@ -341,16 +376,17 @@ class Subscription:
             raise error
         reader = self._reader
         while reader is not None:
-            item = reader.get()
+            try:
+                item = reader.get()
+            except DeserializationError as exc:
+                self._passed(exc.offset)
+                raise
             if item is None:
                 return None
             if type(item) is Message:
                 # (The reader drops offsets at or below the last delivered one: a
                 # resubscription can replay some, see _try_open.)
-                offset = self._last_offset = item.offset
-                if self._stop_offset is not None and offset >= self._stop_offset:
-                    self._done = True
-                    self._drop_reader()
+                self._passed(item.offset)
                 return item
             assert isinstance(item, StreamEnd), item
             self._drop_reader()
@@ -358,10 +394,18 @@ class Subscription:
             return None
         return None
 
-    def _take_many(self, limit: int) -> list[Message]:
+    def _passed(self, offset: int) -> None:
+        """The message at ``offset`` was delivered (or raised as undecodable)."""
+        self._last_offset = offset
+        if self._stop_offset is not None and offset >= self._stop_offset:
+            self._done = True
+            self._drop_reader()
+
+    def _take_many(self, limit: int) -> list[Message[V, K]]:
         """Up to ``limit`` buffered messages, without waiting. An error met after some
-        messages is kept for the next call, so that those are delivered first."""
-        out: list[Message] = []
+        messages is kept for the next call, so that those are delivered first (a
+        message that could not be deserialized counts as delivered either way)."""
+        out: list[Message[V, K]] = []
         reader = self._reader
         try:
             if reader is None or self._error is not None or self._stop_offset is not None:
@@ -386,12 +430,16 @@ class Subscription:
                     self._on_stream_end(item)
                 break
         except LiftbridgeError as exc:
+            if out:
+                self._last_offset = out[-1].offset
+            if isinstance(exc, DeserializationError):
+                self._passed(exc.offset)  # (idempotent: _take may have done it)
             if not out:
                 raise
             self._error = exc
-        finally:
-            if out:
-                self._last_offset = out[-1].offset
+            return out
+        if out:
+            self._last_offset = out[-1].offset
         return out
 
     @property
@@ -448,9 +496,11 @@ class Subscription:
             return
         broken = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
         if code in broken and not (code == grpc.StatusCode.INTERNAL and "paused" in detail):
+            self._log_break(exc)
             return  # the next __anext__ resubscribes
         err = rpc_error(exc, self._what())
         if isinstance(err, NotLeaderError):
+            self._log_break(exc)
             return
         self._done = True
         if code == grpc.StatusCode.NOT_FOUND:
@@ -466,6 +516,23 @@ class Subscription:
 
     def _what(self) -> str:
         return f"subscribe to stream {self.options.stream!r} partition {self.options.partition}"
+
+    def _label(self) -> str:
+        """Which subscription, for the logs."""
+        label = f"stream {self.options.stream!r} partition {self.options.partition}"
+        if self._group is not None:
+            label += f" (group {self._group.groupId!r} member {self._group.consumerId})"
+        return label
+
+    def _log_break(self, exc: grpc.RpcError) -> None:
+        _log.info(
+            "%s: the stream from broker %s broke after offset %s (%s: %s); subscribing again",
+            self._label(),
+            redact(self._address),
+            "none" if self._last_offset is None else self._last_offset,
+            exc.code().name,
+            exc.details(),
+        )
 
     def _request(self) -> api_pb2.SubscribeRequest:
         opts = self.options
@@ -507,8 +574,9 @@ class Subscription:
 
     async def _open_retrying(self, *, first: bool) -> None:
         loop = asyncio.get_running_loop()
+        began = loop.time()
         wait = self._router.timeout if first else self._resubscribe_wait
-        backoff = Backoff(loop.time() + wait, first=0.05 if first else 0.2)
+        backoff = Backoff(began + wait, first=0.05 if first else 0.2)
         attempt = 0
         while True:
             err: LiftbridgeError
@@ -517,6 +585,16 @@ class Subscription:
                 self._started = True
                 if not first:
                     self.resubscribes += 1
+                    if self._reader is not None:
+                        _log.info(
+                            "%s: subscribed again to broker %s after offset %s "
+                            "(%d failed attempts, %.2f s)",
+                            self._label(),
+                            redact(self._address),
+                            "none" if self._last_offset is None else self._last_offset,
+                            attempt,
+                            loop.time() - began,
+                        )
                 return
             except _Resubscribe as exc:
                 err = exc.cause
@@ -531,8 +609,21 @@ class Subscription:
             if self._done:
                 return
             attempt += 1
+            _log.debug(
+                "%s: subscribe attempt %d failed: %s",
+                self._label(),
+                attempt,
+                err,
+            )
             if not await backoff.sleep():
                 self._done = True
+                if not first:
+                    _log.error(
+                        "%s: gave up subscribing again after %.1f s (resubscribe_wait): %s",
+                        self._label(),
+                        loop.time() - began,
+                        err,
+                    )
                 raise err
             with contextlib.suppress(LiftbridgeError):
                 await self._router.refresh()
@@ -554,10 +645,12 @@ class Subscription:
         # leader whose watermark still lags starts from watermark + 1, which can be a
         # message this subscription delivered before the fail-over: the reader skips
         # everything up to the last delivered offset.
+        self._address = address
         reader = self._router.pool.reads.subscribe(
             address,
             self._request().SerializeToString(),
             skip_through=self._last_offset,
+            delivery=self._delivery,
         )
         self._readers.append(reader)
         try:

@@ -62,12 +62,9 @@ def _struct_value(size: int) -> Any:
     return Reading("sensor-7", 123456, 21.5, "x" * max(0, size - empty))
 
 
-def _sdk_providers() -> tuple[Any, Any]:
-    """An OpenTelemetry SDK's tracer and meter providers exporting into nothing: spans
-    through a BatchSpanProcessor, metrics collected every second (what a deployment
-    pays, minus its network)."""
-    from collections.abc import Sequence
-
+def _sdk_meter_provider() -> Any:
+    """An OpenTelemetry SDK meter provider whose periodic reader collects every second
+    into an exporter that drops the data (what a deployment pays, minus its network)."""
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import (
         MetricExporter,
@@ -75,14 +72,8 @@ def _sdk_providers() -> tuple[Any, Any]:
         MetricsData,
         PeriodicExportingMetricReader,
     )
-    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-    class DropSpans(SpanExporter):
-        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-            return SpanExportResult.SUCCESS
-
-    class DropMetrics(MetricExporter):
+    class Dropping(MetricExporter):
         def export(
             self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
         ) -> MetricExportResult:
@@ -94,10 +85,25 @@ def _sdk_providers() -> tuple[Any, Any]:
         def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
             return None
 
+    reader = PeriodicExportingMetricReader(Dropping(), export_interval_millis=1000)
+    return MeterProvider(metric_readers=[reader])
+
+
+def _sdk_providers() -> tuple[Any, Any]:
+    """An OpenTelemetry SDK's tracer provider, its spans through a BatchSpanProcessor
+    into an exporter that drops them, and :func:`_sdk_meter_provider`."""
+    from collections.abc import Sequence
+
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class DropSpans(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(BatchSpanProcessor(DropSpans()))
-    reader = PeriodicExportingMetricReader(DropMetrics(), export_interval_millis=1000)
-    return tracer_provider, MeterProvider(metric_readers=[reader])
+    return tracer_provider, _sdk_meter_provider()
 
 
 async def publish(spec: dict[str, Any]) -> dict[str, Any]:
@@ -316,12 +322,26 @@ async def latency(spec: dict[str, Any]) -> dict[str, Any]:
         await nc.close()
 
 
+def _read_metrics(setting: str) -> Any:
+    """The Client's ``metrics`` argument for a subscribe case: ``default`` (the global
+    provider: the opentelemetry-api with no SDK, here), ``off``, or ``sdk``
+    (:func:`_sdk_meter_provider`)."""
+    if setting == "off":
+        return False
+    if setting == "default":
+        return True
+    return _sdk_meter_provider()
+
+
 async def subscribe(spec: dict[str, Any]) -> dict[str, Any]:
-    """Read ``count`` messages from offset 0 of one partition with ``Client.subscribe``."""
+    """Read ``count`` messages from offset 0 of one partition with ``Client.subscribe``
+    (read metrics as ``spec["metrics"]`` says: see :func:`_read_metrics`)."""
     from liftbridge_nats.client import Client
 
     count = spec["count"]
-    async with Client(spec["brokers"]) as client:
+    async with Client(
+        spec["brokers"], metrics=_read_metrics(spec.get("metrics", "default"))
+    ) as client:
         meter = Meter()
         meter.start()
         seen = 0

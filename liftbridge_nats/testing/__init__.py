@@ -1,8 +1,9 @@
 """Real-server test harness: NATS + Liftbridge as local processes or Docker containers.
 
 ``LocalCluster`` starts a nats-server and N Liftbridge nodes as processes on free
-loopback ports; ``ContainerCluster`` does the same in Docker containers (ports published
-on 127.0.0.1, image built from local binaries, no registry needed); ``new_cluster``
+loopback ports; ``ContainerCluster`` does the same in Docker containers through
+testcontainers (ports published on 127.0.0.1, image built from local binaries, no
+registry needed); ``new_cluster``
 gives one or the other as ``LIFTBRIDGE_NATS_BACKEND`` says. ``ensure_liftbridge`` builds
 (once, into a per-user cache) the Liftbridge binary both run. The pytest plugin
 (``liftbridge_nats.testing.pytest_plugin``, loaded automatically) provides the

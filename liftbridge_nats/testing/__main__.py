@@ -45,7 +45,7 @@ def _image(version: str, rebuild: bool) -> int:
         tag = ensure_image(client, version, rebuild=rebuild)
         versions = ", ".join(f"{k} {v}" for k, v in image_versions(client, tag).items())
     finally:
-        client.close()
+        client.client.close()
     print(f"{tag}  ({versions})")
     return 0
 
@@ -60,9 +60,10 @@ def _clean(everything: bool, check: bool) -> int:
 
     client = docker_client()
     try:
-        removed = remove_labelled(client, CLUSTER_LABEL) if everything else remove_orphans(client)
+        engine = client.client
+        removed = remove_labelled(engine, CLUSTER_LABEL) if everything else remove_orphans(engine)
     finally:
-        client.close()
+        client.client.close()
     for name in removed:
         print(f"removed {name}")
     if check and removed:

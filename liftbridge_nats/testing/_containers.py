@@ -27,9 +27,19 @@ Two networks:
 Containers keep their data and ports across ``kill_node`` / ``restart_node``. Readiness
 uses the same probe as LocalCluster.
 
-Clean-up goes by label (``_docker``): stop, a failed or cancelled start, Ctrl-C and
-interpreter exit remove every container (with its volumes) and the network. The
-testcontainers reaper (Ryuk) is not used: it needs an image pulled from a registry.
+Every server is a testcontainers :class:`~testcontainers.core.container.DockerContainer`
+(created and started by testcontainers, which labels it as its own); the network comes
+from testcontainers' client. What testcontainers has no API for (fixed addresses on the
+network, kill, pause, a restart of the same container, logs with a tail) uses the
+docker-py objects it wraps. The bridge network tells the engine to publish on 127.0.0.1
+(``com.docker.network.bridge.host_binding_ipv4``), so testcontainers'
+``with_bind_ports`` publishes there, and every start checks that nothing was published
+anywhere else.
+
+Clean-up: stop, a failed or cancelled start, Ctrl-C and interpreter exit remove every
+container (testcontainers' ``stop``, with its volumes), then whatever else carries the
+cluster's label, network included (``_docker``). testcontainers' reaper (Ryuk) is
+turned off unless the user turned it on: it needs an image pulled from a registry.
 """
 
 from __future__ import annotations
@@ -43,7 +53,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from liftbridge_nats.errors import ServerStartError
 from liftbridge_nats.testing._cluster import _run_sync
@@ -53,6 +63,10 @@ from liftbridge_nats.testing._image import ensure_image
 from liftbridge_nats.testing._install import DEFAULT_LIFTBRIDGE_VERSION
 from liftbridge_nats.testing._process import free_ports
 from liftbridge_nats.testing._readiness import ReadinessTarget, probe, wait_ready
+
+if TYPE_CHECKING:
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.docker_client import DockerClient
 
 _T = TypeVar("_T")
 
@@ -64,6 +78,20 @@ NETWORKS = ("bridge", "host")
 _ALIVE = ("running", "paused")
 _START_ATTEMPTS = 3
 _LOST_PORT = ("address already in use", "port is already allocated")
+# The bridge driver's address for ports published without one.
+HOST_BINDING = "com.docker.network.bridge.host_binding_ipv4"
+# Engine calls copy whole image layers on the vfs storage driver: slow on a busy machine.
+_API_TIMEOUT = 120
+
+
+def _discard(container: DockerContainer) -> None:
+    """Remove a container with its volumes and close its client (testcontainers' stop)."""
+    try:
+        container.stop()
+    except Exception:
+        # Gone already, or the engine went away: the label sweep that follows (or the
+        # next run's) takes whatever is left. The client is closed either way.
+        container.get_docker_client().client.close()
 
 
 class _Owned:
@@ -71,22 +99,35 @@ class _Owned:
 
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
+        self.created = False  # something of the cluster may exist on the engine
+        self.engine: DockerClient | None = None
+        # Server ("nats", "n0", ...) -> its container.
+        self.containers: dict[str, DockerContainer] = {}
+
+    def remove(self) -> None:
+        """Remove every container (with its volumes) and the network of the cluster."""
+        containers, self.containers = self.containers, {}
+        for container in containers.values():
+            _discard(container)
+        if not self.created:
+            return
         self.created = False
-        self.client: Any = None
+        try:
+            engine = self.engine if self.engine is not None else docker_client()
+        except ServerStartError:
+            return  # no engine: nothing of ours can be running on it
+        try:
+            remove_labelled(engine.client, f"{CLUSTER_LABEL}={self.namespace}")
+        finally:
+            if engine is not self.engine:
+                engine.client.close()
 
     def cleanup(self) -> None:
-        if self.created:
-            client = self.client
-            try:
-                if client is None:
-                    client = docker_client()
-                remove_labelled(client, f"{CLUSTER_LABEL}={self.namespace}")
-            except ServerStartError:
-                pass  # no engine: nothing of ours can be running on it
-            self.created = False
-        if self.client is not None:
-            self.client.close()
-            self.client = None
+        """Remove everything, then close the client."""
+        self.remove()
+        if self.engine is not None:
+            self.engine.client.close()
+            self.engine = None
 
 
 class ContainerCluster:
@@ -114,8 +155,12 @@ class ContainerCluster:
     ``liftbridge_config``, ``log_level`` and ``start_timeout`` mean what they mean for
     LocalCluster. Faults: :meth:`kill_node` (SIGKILL), :meth:`stop_node` (SIGTERM),
     :meth:`pause_node` / :meth:`resume_node` (the container is frozen), and
-    :meth:`restart_node`, :meth:`kill_nats`, :meth:`restart_nats`. A Docker engine must
-    answer (``DOCKER_HOST`` or the default socket). Nothing listens beyond 127.0.0.1.
+    :meth:`restart_node`, :meth:`kill_nats`, :meth:`restart_nats`. Each server is a
+    testcontainers ``DockerContainer``; a Docker engine must answer where testcontainers
+    looks (``DOCKER_HOST``, the Docker context, or the default socket). testcontainers'
+    reaper is turned off for the process unless ``TESTCONTAINERS_RYUK_DISABLED`` (or
+    ``ryuk.disabled`` in ``~/.testcontainers.properties``) says otherwise; the cluster
+    removes its own containers. Nothing listens beyond 127.0.0.1.
     """
 
     def __init__(
@@ -143,6 +188,7 @@ class ContainerCluster:
         self._nats_image_arg = nats_image
         self._image = ""
         self._nats_image = ""
+        self._local_image = ""
         self._node_ids = [f"n{i}" for i in range(nodes)]
         self._namespace = f"lbn-{uuid.uuid4().hex[:10]}"
         self._ports: list[int] = []
@@ -208,17 +254,28 @@ class ContainerCluster:
 
     # ------------------------------------------------------------------ state and logs
 
-    def _client(self) -> Any:
-        if self._owned.client is None:
-            self._owned.client = docker_client()
-        return self._owned.client
+    def _client(self) -> DockerClient:
+        if self._owned.engine is None:
+            self._owned.engine = docker_client()
+        return self._owned.engine
 
     def _states(self) -> dict[str, str]:
-        """Server ("nats", "n0", ...) -> container state ("running", "exited", ...)."""
-        found = self._client().api.containers(
-            all=True, filters={"label": f"{CLUSTER_LABEL}={self._namespace}"}
-        )
-        return {c["Labels"].get(SERVER_LABEL, ""): c["State"] for c in found}
+        """Server ("nats", "n0", ...) -> container state ("running", "exited", ...), for
+        the containers that exist."""
+        import docker.errors
+        from testcontainers.core.exceptions import ContainerStartException
+
+        states = {}
+        for server, container in list(self._owned.containers.items()):
+            try:
+                info = container.get_docker_client().get_container_inspect_info(
+                    container.get_container_id()
+                )
+            except (ContainerStartException, docker.errors.NotFound):
+                continue  # not created yet, or removed
+            if info.State is not None and info.State.Status:
+                states[server] = info.State.Status
+        return states
 
     def is_running(self, i: int) -> bool:
         """Whether node ``i``'s container runs (a paused one counts as running)."""
@@ -228,16 +285,19 @@ class ContainerCluster:
         """Whether the NATS container runs."""
         return self._states().get(_NATS) in _ALIVE
 
-    def _logs(self, name: str, tail: int | str = "all") -> str:
+    def _logs(self, server: str, tail: int | Literal["all"] = "all") -> str:
+        container = self._owned.containers.get(server)
+        if container is None:
+            return f"(no logs: the container {self._name(server)} does not exist)"
         try:
-            raw = self._client().api.logs(name, stdout=True, stderr=True, tail=tail)
-        except Exception as exc:  # gone already, or no engine: say so in the text
+            raw = container.get_wrapped_container().logs(stdout=True, stderr=True, tail=tail)
+        except Exception as exc:  # not created, gone already, or no engine: say so
             return f"(no logs: {exc})"
         return bytes(raw).decode(errors="replace")
 
     def node_log(self, i: int) -> str:
         """Everything Liftbridge node ``i`` has logged so far, across restarts."""
-        return self._logs(self.container_name(i))
+        return self._logs(self._node_ids[i])
 
     def log_tail(self, n: int = 40) -> str:
         """The last ``n`` log lines of every container, with a heading per container."""
@@ -248,14 +308,13 @@ class ContainerCluster:
         except Exception as exc:
             return f"(no logs: {exc})"
         parts = []
-        servers = [(_NATS, "nats-server", self.nats_container_name)] + [
-            (node_id, f"liftbridge {node_id}", self.container_name(i))
-            for i, node_id in enumerate(self._node_ids)
+        servers = [(_NATS, "nats-server")] + [
+            (node_id, f"liftbridge {node_id}") for node_id in self._node_ids
         ]
-        for server, title, name in servers:
+        for server, title in servers:
             state = states.get(server, "not created")
-            parts.append(f"----- {title} [{state}] container {name} (last {n} lines)")
-            parts.append(self._logs(name, n).rstrip("\n") or "(empty)")
+            parts.append(f"----- {title} [{state}] container {self._name(server)} (last {n} lines)")
+            parts.append(self._logs(server, n).rstrip("\n") or "(empty)")
         return "\n".join(parts)
 
     # ------------------------------------------------------------------ lifecycle
@@ -358,34 +417,44 @@ class ContainerCluster:
         image = self._image_arg or os.environ.get("LIFTBRIDGE_NATS_IMAGE")
         nats_image = self._nats_image_arg or os.environ.get("LIFTBRIDGE_NATS_NATS_IMAGE")
         if not image or not nats_image:
-            local = ensure_image(client, self._version)
-            image, nats_image = image or local, nats_image or local
+            self._local_image = ensure_image(client, self._version)
+            image, nats_image = image or self._local_image, nats_image or self._local_image
         self._image, self._nats_image = image, nats_image
 
     def _remove(self) -> None:
-        remove_labelled(self._client(), f"{CLUSTER_LABEL}={self._namespace}")
+        self._owned.remove()
 
     def _name(self, server: str) -> str:
         return f"{self._namespace}-{server}"
 
-    def _create(self, server: str, image: str, **options: Any) -> Any:
-        import docker.errors
+    def _create(
+        self,
+        server: str,
+        image: str,
+        *,
+        ports: Mapping[int, int] | None = None,
+        **options: Any,
+    ) -> DockerContainer:
+        """A testcontainers container for ``server``, not yet created on the engine.
 
-        name = self._name(server)
-        try:
-            return self._client().containers.create(
-                image,
-                name=name,
-                labels={**labels(self._namespace), SERVER_LABEL: server},
-                **options,
-            )
-        except docker.errors.DockerException as exc:
-            raise ServerStartError(
-                f"could not create the container {name} from {image}: {exc}"
-            ) from exc
+        ``ports`` maps container ports to host ports (published on the network's host
+        binding address, 127.0.0.1); ``options`` go to docker-py's ``create``.
+        """
+        from testcontainers.core.container import DockerContainer
 
-    def _start_all(self, containers: list[Any]) -> None:
-        """Start the containers together.
+        container = DockerContainer(image, docker_client_kw={"timeout": _API_TIMEOUT})
+        if image == self._local_image:
+            # Built here, never pulled: testcontainers' hub prefix does not apply.
+            container.image = image
+        container.with_name(self._name(server))
+        for container_port, host_port in (ports or {}).items():
+            container.with_bind_ports(container_port, host_port)
+        container.with_kwargs(labels={**labels(self._namespace), SERVER_LABEL: server}, **options)
+        self._owned.containers[server] = container
+        return container
+
+    def _start_all(self, servers: list[str]) -> None:
+        """Create and start the servers' containers together.
 
         Nodes bootstrapped with the full peer list must all be up before two of them
         elect a leader: a node that starts after the leader has replicated to it finds
@@ -395,17 +464,41 @@ class ContainerCluster:
         """
         import docker.errors
 
-        def start(container: Any) -> None:
+        def start(server: str) -> None:
+            container = self._owned.containers[server]
             try:
                 container.start()
             except docker.errors.DockerException as exc:
                 raise ServerStartError(
-                    f"could not start the container {container.name}: {exc}"
+                    f"could not start the container {self._name(server)} "
+                    f"from {container.image}: {exc}"
                 ) from exc
+            self._check_published(server)
 
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(containers)) as pool:
-            for done in [pool.submit(start, container) for container in containers]:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(servers)) as pool:
+            for done in [pool.submit(start, server) for server in servers]:
                 done.result()
+
+    def _check_published(self, server: str) -> None:
+        """Fail when the engine published a port of ``server`` beyond 127.0.0.1 (an
+        engine that ignores the network's host binding address)."""
+        container = self._owned.containers[server]
+        info = container.get_docker_client().get_container_inspect_info(
+            container.get_container_id()
+        )
+        ports = (info.NetworkSettings.Ports if info.NetworkSettings else None) or {}
+        wide = sorted(
+            f"{binding.HostIp}:{binding.HostPort}"
+            for bindings in ports.values()
+            for binding in bindings or []
+            if binding.HostIp != LOOPBACK
+        )
+        if wide:
+            raise ServerStartError(
+                f"the container {self._name(server)} was published on {', '.join(wide)}, "
+                f"not on {LOOPBACK} only: this engine ignores the bridge network option "
+                f"{HOST_BINDING}. Use network='host' (Linux engines) or another engine."
+            )
 
     def _create_network(self) -> str:
         """Create the cluster's network; return the address reserved for NATS.
@@ -413,6 +506,7 @@ class ContainerCluster:
         A fixed address needs a subnet declared at creation, so the engine first picks
         one (clear of other networks and routes) for a throw-away network; the real one
         then declares it, with dynamic addresses in its lower half and NATS at the top.
+        Ports published without an address go to 127.0.0.1 on this network.
         """
         import docker.errors
         import docker.types
@@ -420,7 +514,9 @@ class ContainerCluster:
         client = self._client()
         self._owned.created = True
         for attempt in range(_START_ATTEMPTS):
-            scout = client.networks.create(self._namespace, labels=labels(self._namespace))
+            scout = client.client_networks_create(
+                self._namespace, {"labels": labels(self._namespace)}
+            )
             scout.reload()
             picked = scout.attrs["IPAM"]["Config"][0]
             scout.remove()
@@ -431,11 +527,14 @@ class ContainerCluster:
                 gateway=picked.get("Gateway") or str(subnet.network_address + 1),
             )
             try:
-                client.networks.create(
+                client.client_networks_create(
                     self._namespace,
-                    driver="bridge",
-                    ipam=docker.types.IPAMConfig(pool_configs=[pool]),
-                    labels=labels(self._namespace),
+                    {
+                        "driver": "bridge",
+                        "ipam": docker.types.IPAMConfig(pool_configs=[pool]),
+                        "options": {HOST_BINDING: LOOPBACK},
+                        "labels": labels(self._namespace),
+                    },
                 )
             except docker.errors.APIError:
                 if attempt == _START_ATTEMPTS - 1:
@@ -451,31 +550,28 @@ class ContainerCluster:
             # Every server listens on the host's loopback, at the ports picked above.
             self._owned.created = True
             nats_url = f"nats://{LOOPBACK}:{self._nats_port}"
-            nats_options: dict[str, Any] = {
-                "command": [
-                    *("--addr", LOOPBACK, "--port", str(self._nats_port)),
-                    *("--http_port", str(self._monitor_port)),
-                ],
-                "network_mode": "host",
-            }
+            nats_command = [
+                *("--addr", LOOPBACK, "--port", str(self._nats_port)),
+                *("--http_port", str(self._monitor_port)),
+            ]
+            nats_ports: dict[int, int] = {}
+            # A network named outright: testcontainers then guesses none of its own.
+            nats_options: dict[str, Any] = {"network": "host"}
         else:
             nats_address = self._create_network()
             nats_url = f"nats://{nats_address}:4222"
-            endpoint = self._client().api.create_endpoint_config(ipv4_address=nats_address)
+            endpoint = self._client().client.api.create_endpoint_config(ipv4_address=nats_address)
+            nats_command = ["--addr", "0.0.0.0", "--port", "4222", "--http_port", "8222"]
+            nats_ports = {4222: self._nats_port, 8222: self._monitor_port}
             nats_options = {
-                "command": ["--addr", "0.0.0.0", "--port", "4222", "--http_port", "8222"],
                 "network": self._namespace,
                 "networking_config": {self._namespace: endpoint},
-                "ports": {
-                    "4222/tcp": (LOOPBACK, self._nats_port),
-                    "8222/tcp": (LOOPBACK, self._monitor_port),
-                },
             }
         self._nats_wanted = True
-        self._start_all(
-            [self._create(_NATS, self._nats_image, entrypoint=["nats-server"], **nats_options)]
-        )
-        nodes = []
+        self._create(
+            _NATS, self._nats_image, ports=nats_ports, entrypoint=["nats-server"], **nats_options
+        ).with_command(nats_command)
+        self._start_all([_NATS])
         for i, node_id in enumerate(self._node_ids):
             port = self._ports[i]
             flat = node_config(
@@ -490,95 +586,100 @@ class ContainerCluster:
             )
             flat["host"] = LOOPBACK  # what the tests reach
             if self.network == "host":
-                node_options: dict[str, Any] = {"network_mode": "host"}
+                node_ports: dict[int, int] = {}
+                network = "host"
             else:
                 # Every interface of the container, behind the published port.
                 flat["listen"] = f"0.0.0.0:{port}"
-                node_options = {
-                    "network": self._namespace,
-                    "ports": {f"{port}/tcp": (LOOPBACK, port)},
-                }
+                node_ports = {port: port}
+                network = self._namespace
             self._cursors_enabled = bool(flat.get("cursors.stream.partitions"))
             self._wanted[i] = True
-            nodes.append(
-                self._create(
-                    node_id,
-                    self._image,
-                    environment={"LBN_CONFIG_YAML": render_yaml(flat)},
-                    **node_options,
-                )
+            self._create(node_id, self._image, ports=node_ports, network=network).with_env(
+                "LBN_CONFIG_YAML", render_yaml(flat)
             )
-        self._start_all(nodes)
+        self._start_all(self._node_ids)
 
     # ------------------------------------------------------------------ faults
 
-    def _container(self, name: str) -> Any:
-        return self._client().containers.get(name)
+    def _container(self, server: str) -> DockerContainer:
+        try:
+            return self._owned.containers[server]
+        except KeyError:
+            raise ServerStartError(
+                f"the container {self._name(server)} does not exist (the cluster was stopped)"
+            ) from None
 
-    def _kill(self, name: str) -> None:
-        container = self._container(name)
+    def _kill(self, server: str) -> None:
+        container = self._container(server)
+        wrapped = container.get_wrapped_container()
+        container.reload()
         if container.status == "paused":
-            container.unpause()
+            wrapped.unpause()
             container.reload()
         if container.status in _ALIVE:
-            container.kill()
-        container.wait(timeout=60)
+            wrapped.kill()
+        wrapped.wait(timeout=60)
 
-    def _start_container(self, name: str) -> None:
+    def _start_again(self, server: str) -> None:
         import docker.errors
 
+        container = self._container(server)
         try:
-            self._container(name).start()
+            container.get_docker_client().start(container.get_wrapped_container())
         except docker.errors.DockerException as exc:
-            raise ServerStartError(f"could not start the container {name} again: {exc}") from exc
+            raise ServerStartError(
+                f"could not start the container {self._name(server)} again: {exc}"
+            ) from exc
 
     async def kill_node(self, i: int) -> None:
         """SIGKILL node ``i``'s container (no clean shutdown); it keeps its data and port."""
         self._require_started()
         self._wanted[i] = False
-        await self._call(self._kill, self.container_name(i))
+        await self._call(self._kill, self._node_ids[i])
 
     async def stop_node(self, i: int) -> None:
         """Stop node ``i``'s container: SIGTERM, then SIGKILL after 10 s."""
         self._require_started()
         self._wanted[i] = False
-        await self._call(lambda: self._container(self.container_name(i)).stop(timeout=10))
+        container = self._container(self._node_ids[i]).get_wrapped_container()
+        await self._call(lambda: container.stop(timeout=10))
 
     async def pause_node(self, i: int) -> None:
         """Freeze node ``i``'s container: it keeps its sockets but answers nothing."""
         self._require_started()
-        await self._call(lambda: self._container(self.container_name(i)).pause())
+        await self._call(self._container(self._node_ids[i]).get_wrapped_container().pause)
 
     async def resume_node(self, i: int) -> None:
         """Unfreeze node ``i``'s container after :meth:`pause_node`."""
         self._require_started()
-        await self._call(lambda: self._container(self.container_name(i)).unpause())
+        await self._call(self._container(self._node_ids[i]).get_wrapped_container().unpause)
 
     async def restart_node(self, i: int) -> None:
         """Start node ``i``'s container again (same id, port and data) and wait until the
         cluster is ready. A container that still runs is killed first."""
         self._require_started()
-        name = self.container_name(i)
+        server = self._node_ids[i]
         self._wanted[i] = False
-        await self._call(self._kill, name)
+        await self._call(self._kill, server)
         self._wanted[i] = True
-        await self._call(self._start_container, name)
+        await self._call(self._start_again, server)
         await self.wait_ready()
 
     async def kill_nats(self) -> None:
         """SIGKILL the NATS container."""
         self._require_started()
         self._nats_wanted = False
-        await self._call(self._kill, self.nats_container_name)
+        await self._call(self._kill, _NATS)
 
     async def restart_nats(self) -> None:
         """Start the NATS container again on the same ports and wait until every running
         Liftbridge node has reconnected (clients reconnect to the same URL)."""
         self._require_started()
         self._nats_wanted = False
-        await self._call(self._kill, self.nats_container_name)
+        await self._call(self._kill, _NATS)
         self._nats_wanted = True
-        await self._call(self._start_container, self.nats_container_name)
+        await self._call(self._start_again, _NATS)
         await self.wait_ready()
 
     # ------------------------------------------------------------------ readiness

@@ -9,8 +9,10 @@ runs:
 - a static busybox, for the entry point's shell (Debian's ``busybox-static``);
 - the entry point shared with ``docker/Dockerfile`` (``LBN_CONFIG_YAML``).
 
-The image is imported (``docker import``) from a tarball assembled here: one layer (the
-engine's vfs storage driver copies every layer in full), binaries owned by root, ``/data``
+The image is imported (``docker import``, through the docker-py client that testcontainers'
+``DockerClient`` wraps: testcontainers itself only builds from a Dockerfile, which needs a
+base image) from a tarball assembled here: one layer (the engine's vfs storage driver
+copies every layer in full), binaries owned by root, ``/data``
 and ``/etc/liftbridge`` owned by the unprivileged user it runs as. Its tag names both
 server versions; its labels record them, busybox's, and a digest of every input, so a
 changed binary makes :func:`ensure_image` build it again.
@@ -29,7 +31,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from liftbridge_nats.errors import ServerStartError
 from liftbridge_nats.testing._docker import labels
@@ -41,6 +43,9 @@ from liftbridge_nats.testing._install import (
     find_nats_server,
 )
 from liftbridge_nats.testing._install import _build_liftbridge as build_liftbridge
+
+if TYPE_CHECKING:
+    from testcontainers.core.docker_client import DockerClient
 
 REPOSITORY = "liftbridge-nats/servers"
 VERSION_LABEL = "io.liftbridge-nats.liftbridge.version"
@@ -248,14 +253,14 @@ def _changes(inputs: ImageInputs, digest: str) -> list[str]:
     ]
 
 
-def _check_image(client: Any, tag: str, inputs: ImageInputs) -> None:
+def _check_image(client: DockerClient, tag: str, inputs: ImageInputs) -> None:
     """Run both servers' ``--version`` in the new image: it must report what it holds."""
     for argv, want in (
         (["liftbridge", "--version"], inputs.liftbridge_version),
         (["nats-server", "--version"], inputs.nats_version),
     ):
-        out = client.containers.run(
-            tag, entrypoint=argv, remove=True, network_mode="none", labels=labels("image-check")
+        out = client.run(
+            tag, entrypoint=argv, remove=True, network="none", labels=labels("image-check")
         )
         text = out.decode(errors="replace").strip()
         if want not in text:
@@ -263,7 +268,10 @@ def _check_image(client: Any, tag: str, inputs: ImageInputs) -> None:
 
 
 def ensure_image(
-    client: Any, liftbridge_version: str = DEFAULT_LIFTBRIDGE_VERSION, *, rebuild: bool = False
+    client: DockerClient,
+    liftbridge_version: str = DEFAULT_LIFTBRIDGE_VERSION,
+    *,
+    rebuild: bool = False,
 ) -> str:
     """Return the tag of the local server image, building it if it is missing or stale."""
     import docker.errors
@@ -272,7 +280,7 @@ def ensure_image(
     digest = inputs.digest()
     if not rebuild:
         try:
-            image = client.images.get(inputs.tag)
+            image = client.client.images.get(inputs.tag)
         except docker.errors.ImageNotFound:
             pass
         else:
@@ -283,7 +291,7 @@ def ensure_image(
         rootfs = Path(tmp) / "rootfs.tar"
         _write_rootfs(inputs, rootfs)
         try:
-            client.api.import_image(
+            client.client.api.import_image(
                 src=str(rootfs), repository=repository, tag=tag, changes=_changes(inputs, digest)
             )
         except docker.errors.DockerException as exc:
@@ -292,9 +300,9 @@ def ensure_image(
     return inputs.tag
 
 
-def image_versions(client: Any, tag: str) -> dict[str, str]:
+def image_versions(client: DockerClient, tag: str) -> dict[str, str]:
     """The versions an image's labels record (empty for images not built here)."""
-    found = client.images.get(tag).labels or {}
+    found = client.client.images.get(tag).labels or {}
     names = {
         VERSION_LABEL: "liftbridge",
         NATS_VERSION_LABEL: "nats-server",

@@ -92,9 +92,9 @@ def _engine_problem() -> str | None:
     except ServerStartError as exc:
         return str(exc)
     try:
-        remove_orphans(client)
+        remove_orphans(client.client)
     finally:
-        client.close()
+        client.client.close()
     return None
 
 

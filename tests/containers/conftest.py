@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from testcontainers.core.docker_client import DockerClient
 
 from liftbridge_nats.testing._docker import docker_client
 from liftbridge_nats.testing.pytest_plugin import require_docker
@@ -15,12 +16,13 @@ _STASH = pytest.StashKey[list[str]]()
 
 
 @pytest.fixture(scope="session")
-def docker_engine() -> Iterator[Any]:
-    """A docker-py client (the test skips without an engine; fails in CI)."""
+def docker_engine() -> Iterator[DockerClient]:
+    """testcontainers' client of the engine; ``.client`` is the docker-py client it wraps
+    (the test skips without an engine; fails in CI)."""
     require_docker()
     client = docker_client()
     yield client
-    client.close()
+    client.client.close()
 
 
 @pytest.fixture

@@ -99,7 +99,7 @@ def test_compose_file_smoke(
         _wait_ready(brokers, within=120)
         ready_after = time.monotonic() - started
         label = {"label": f"com.docker.compose.project={project}"}
-        volumes = sorted(v.name for v in docker_engine.volumes.list(filters=label))
+        volumes = sorted(v.name for v in docker_engine.client.volumes.list(filters=label))
         assert len(volumes) == nodes, volumes
         result = asyncio.run(
             round_trip(
@@ -112,7 +112,7 @@ def test_compose_file_smoke(
         result.check()
     finally:
         _run([*base, "down", "--volumes"], env)
-    assert _project_resources(docker_engine, project) == []
+    assert _project_resources(docker_engine.client, project) == []
     compose_report(
         f"COMPOSE {file}: {nodes + 1} containers up and ready in {ready_after:.1f} s; "
         f"stream created (replication factor {nodes}); {result.summary()}; "

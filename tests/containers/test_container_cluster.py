@@ -1,6 +1,7 @@
-"""ContainerCluster itself: addresses on 127.0.0.1 only, the image it runs, its faults
-(kill, stop, pause, restart of nodes and NATS), and its clean-up after a normal stop, a
-failed start, a cancelled start, Ctrl-C and a killed test process."""
+"""ContainerCluster itself: containers made by testcontainers with its reaper off,
+addresses on 127.0.0.1 only, the image it runs, its faults (kill, stop, pause, restart of
+nodes and NATS), and its clean-up after a normal stop, a failed start, a cancelled start,
+Ctrl-C and a killed test process."""
 
 from __future__ import annotations
 
@@ -17,12 +18,15 @@ from typing import Any
 
 import nats
 import pytest
+from testcontainers.core.config import TestcontainersConfiguration
+from testcontainers.core.labels import LABEL_SESSION_ID, LABEL_TESTCONTAINERS, SESSION_ID
 
 from liftbridge_nats import Client
 from liftbridge_nats.errors import ServerStartError
-from liftbridge_nats.messages import StartPosition, StopPosition
+from liftbridge_nats.messages import StartPosition
 from liftbridge_nats.testing import DEFAULT_LIFTBRIDGE_VERSION, ContainerCluster
-from liftbridge_nats.testing._docker import CLUSTER_LABEL, OWNER_LABEL
+from liftbridge_nats.testing._containers import HOST_BINDING
+from liftbridge_nats.testing._docker import CLUSTER_LABEL, OWNER_LABEL, REAPER_ENV, disable_reaper
 from liftbridge_nats.testing._image import (
     NATS_VERSION_LABEL,
     VERSION_LABEL,
@@ -46,6 +50,45 @@ def _state(client: Any, name: str) -> dict[str, Any]:
     return dict(client.containers.get(name).attrs["State"])
 
 
+def _listeners(port: int) -> set[str]:
+    """Local IPv4 and IPv6 addresses with a listening TCP socket on ``port`` (from
+    /proc/net/tcp and /proc/net/tcp6; each 32-bit word of an address is little-endian)."""
+    found = set()
+    for family, table in ((socket.AF_INET, "tcp"), (socket.AF_INET6, "tcp6")):
+        path = Path("/proc/net") / table
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:
+                words = [bytes.fromhex(address[i : i + 8])[::-1] for i in range(0, len(address), 8)]
+                found.add(socket.inet_ntop(family, b"".join(words)))
+    return found
+
+
+# ---------------------------------------------------------------- testcontainers' reaper
+
+
+def test_reaper_is_off_unless_the_user_set_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """testcontainers' reaper needs a registry: the harness turns it off, except when the
+    user said something about it (environment or ~/.testcontainers.properties)."""
+    monkeypatch.delenv(REAPER_ENV, raising=False)
+    config = TestcontainersConfiguration(tc_properties={})
+    assert disable_reaper(config) is True
+    assert config.ryuk_disabled is True
+
+    monkeypatch.setenv(REAPER_ENV, "false")
+    config = TestcontainersConfiguration(tc_properties={})
+    assert disable_reaper(config) is False
+    monkeypatch.setenv(REAPER_ENV, "true")
+    assert disable_reaper(TestcontainersConfiguration(tc_properties={})) is True
+
+    monkeypatch.delenv(REAPER_ENV)
+    config = TestcontainersConfiguration(tc_properties={"ryuk.disabled": "false"})
+    assert disable_reaper(config) is False
+
+
 # ---------------------------------------------------------------- image and addresses
 
 
@@ -57,23 +100,23 @@ def test_local_image_records_the_versions_it_holds(docker_engine: Any) -> None:
         tag
         == f"liftbridge-nats/servers:liftbridge-{DEFAULT_LIFTBRIDGE_VERSION}-nats-{nats_version}"
     )
-    found = docker_engine.images.get(tag).labels
+    found = docker_engine.client.images.get(tag).labels
     assert found[VERSION_LABEL] == inputs.liftbridge_version == DEFAULT_LIFTBRIDGE_VERSION
     assert found[NATS_VERSION_LABEL] == nats_version
     # What the servers in the image say about themselves, and that they are what the
     # process backend runs (same binaries, so the same bytes).
-    out = docker_engine.containers.run(
-        tag, entrypoint=["liftbridge", "--version"], remove=True, network_mode="none"
+    out = docker_engine.run(
+        tag, entrypoint=["liftbridge", "--version"], remove=True, network="none"
     )
     assert DEFAULT_LIFTBRIDGE_VERSION in out.decode()
-    out = docker_engine.containers.run(
-        tag, entrypoint=["nats-server", "--version"], remove=True, network_mode="none"
+    out = docker_engine.run(
+        tag, entrypoint=["nats-server", "--version"], remove=True, network="none"
     )
     assert nats_version in out.decode()
     # Up to date: asking again reuses it.
-    image_id = docker_engine.images.get(tag).id
+    image_id = docker_engine.client.images.get(tag).id
     assert ensure_image(docker_engine) == tag
-    assert docker_engine.images.get(tag).id == image_id
+    assert docker_engine.client.images.get(tag).id == image_id
 
 
 async def test_one_node_round_trip_through_loopback_ports_only(
@@ -81,7 +124,7 @@ async def test_one_node_round_trip_through_loopback_ports_only(
 ) -> None:
     async with ContainerCluster() as cluster:
         label = f"{CLUSTER_LABEL}={cluster.namespace}"
-        containers = docker_engine.containers.list(all=True, filters={"label": label})
+        containers = docker_engine.client.containers.list(all=True, filters={"label": label})
         # NATS and n0, both of this test process.
         assert len(containers) == 2
         assert {c.labels[OWNER_LABEL] for c in containers} == {
@@ -97,6 +140,18 @@ async def test_one_node_round_trip_through_loopback_ports_only(
         addresses = [cluster.nats_url.removeprefix("nats://"), cluster.brokers[0]]
         addresses.append(cluster.nats_monitor_url.removeprefix("http://"))
         assert published == {("127.0.0.1", int(a.rsplit(":", 1)[1])) for a in addresses}
+        # What the host listens on for them: 127.0.0.1, no IPv6 and no other address.
+        for _, port in published:
+            assert _listeners(port) == {"127.0.0.1"}, port
+        network = docker_engine.client.networks.get(cluster.namespace)
+        assert network.attrs["Options"][HOST_BINDING] == "127.0.0.1"
+        # Created and started by testcontainers (its labels, this process's session),
+        # with its reaper turned off.
+        assert {c.labels[LABEL_TESTCONTAINERS] for c in containers} == {"true"}
+        assert {c.labels[LABEL_SESSION_ID] for c in containers} == {SESSION_ID}
+        assert network.attrs["Labels"][LABEL_SESSION_ID] == SESSION_ID
+        reapers = docker_engine.client.containers.list(all=True, filters={"name": "ryuk"})
+        assert reapers == []
         assert cluster.nats_url.startswith("nats://127.0.0.1:")
         assert cluster.brokers[0].startswith("127.0.0.1:")
 
@@ -106,18 +161,7 @@ async def test_one_node_round_trip_through_loopback_ports_only(
             metadata = await client.fetch_metadata()
         assert [(b.id, b.address) for b in metadata.brokers] == [("n0", cluster.brokers[0])]
         assert "Starting Liftbridge server" in cluster.node_log(0)
-    assert _resources(docker_engine, label) == []
-
-
-def _listeners(port: int) -> set[str]:
-    """Local IPv4 addresses with a listening TCP socket on ``port`` (from /proc/net/tcp)."""
-    found = set()
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        local, state = line.split()[1], line.split()[3]
-        address, hex_port = local.split(":")
-        if state == "0A" and int(hex_port, 16) == port:
-            found.add(socket.inet_ntoa(bytes.fromhex(address)[::-1]))
-    return found
+    assert _resources(docker_engine.client, label) == []
 
 
 async def test_host_network_listens_on_loopback_only(
@@ -125,7 +169,7 @@ async def test_host_network_listens_on_loopback_only(
 ) -> None:
     async with ContainerCluster(2, network="host") as cluster:
         label = f"{CLUSTER_LABEL}={cluster.namespace}"
-        containers = docker_engine.containers.list(filters={"label": label})
+        containers = docker_engine.client.containers.list(filters={"label": label})
         assert {c.attrs["HostConfig"]["NetworkMode"] for c in containers} == {"host"}
         addresses = [cluster.nats_url.removeprefix("nats://"), *cluster.brokers]
         addresses.append(cluster.nats_monitor_url.removeprefix("http://"))
@@ -135,7 +179,7 @@ async def test_host_network_listens_on_loopback_only(
             cluster.nats_url, cluster.brokers, unique_name("host"), replication=2
         )
         result.check()
-    assert _resources(docker_engine, label) == []
+    assert _resources(docker_engine.client, label) == []
 
 
 # ---------------------------------------------------------------- faults
@@ -150,7 +194,7 @@ async def test_kill_stop_and_restart_nodes_of_three(
 
         await cluster.kill_node(1)
         assert not cluster.is_running(1)
-        assert _state(docker_engine, cluster.container_name(1))["ExitCode"] == 137  # SIGKILL
+        assert _state(docker_engine.client, cluster.container_name(1))["ExitCode"] == 137  # SIGKILL
         # The two live nodes still form a working cluster.
         await cluster.wait_ready(timeout=30)
         other = unique_name("while-n1-down")
@@ -159,7 +203,7 @@ async def test_kill_stop_and_restart_nodes_of_three(
         await cluster.restart_node(1)
         assert cluster.is_running(1)
         await cluster.stop_node(2)
-        state = _state(docker_engine, cluster.container_name(2))
+        state = _state(docker_engine.client, cluster.container_name(2))
         assert state["Status"] == "exited" and state["ExitCode"] != 137  # SIGTERM was enough
         await cluster.restart_node(2)
 
@@ -204,14 +248,14 @@ async def test_kill_and_restart_nats(
                     nc = await nats.connect(cluster.nats_url)
                 else:
                     await asyncio.wait_for(reconnected.wait(), 20)
-                # Liftbridge reconnected too: a raw publish is stored.
+                # Liftbridge reconnected too: a raw publish is stored. It is stored a
+                # moment after the flush, so the read waits for it (a read that stops
+                # at the latest offset can come first and find the stream empty).
                 await nc.publish(stream, b"after restart")
                 await nc.flush()
-                async with client.subscribe(
-                    stream, start_position=StartPosition.EARLIEST, stop_position=StopPosition.LATEST
-                ) as sub:
-                    values = [m.value async for m in sub]
-            assert values == [b"after restart"]
+                async with client.subscribe(stream, start_position=StartPosition.EARLIEST) as sub:
+                    first = await asyncio.wait_for(anext(aiter(sub)), 20)
+            assert (first.offset, first.value) == (0, b"after restart")
         finally:
             await nc.close()
 
@@ -219,14 +263,14 @@ async def test_kill_and_restart_nats(
 async def test_crash_is_reported_and_pause_freezes_a_node(docker_engine: Any) -> None:
     async with ContainerCluster(3) as cluster:
         # Behind the harness's back: a crash.
-        await asyncio.to_thread(docker_engine.containers.get(cluster.container_name(2)).kill)
+        await asyncio.to_thread(docker_engine.client.containers.get(cluster.container_name(2)).kill)
         with pytest.raises(ServerStartError, match="liftbridge n2 exited by itself"):
             await cluster.wait_ready(timeout=10)
         await cluster.restart_node(2)
 
         # A paused node is alive but silent; resuming it makes the cluster whole again.
         await cluster.pause_node(1)
-        assert _state(docker_engine, cluster.container_name(1))["Status"] == "paused"
+        assert _state(docker_engine.client, cluster.container_name(1))["Status"] == "paused"
         assert cluster.is_running(1)
         with pytest.raises(ServerStartError, match="not ready within 2 s"):
             await cluster.wait_ready(timeout=2)
@@ -243,7 +287,7 @@ async def test_failed_start_raises_with_logs_and_leaves_nothing(docker_engine: A
         await cluster.start()
     assert "liftbridge n0 exited by itself" in str(info.value)
     assert 'Unknown configuration setting "no.such.setting"' in str(info.value)
-    assert _resources(docker_engine, f"{CLUSTER_LABEL}={cluster.namespace}") == []
+    assert _resources(docker_engine.client, f"{CLUSTER_LABEL}={cluster.namespace}") == []
 
 
 async def test_cancelled_start_leaves_nothing(docker_engine: Any) -> None:
@@ -252,13 +296,13 @@ async def test_cancelled_start_leaves_nothing(docker_engine: Any) -> None:
     task = asyncio.create_task(cluster.start())
     # Cancel once containers exist but (most likely) before the cluster is ready.
     deadline = time.monotonic() + 60
-    while len(await asyncio.to_thread(_resources, docker_engine, label)) < 3:
+    while len(await asyncio.to_thread(_resources, docker_engine.client, label)) < 3:
         assert time.monotonic() < deadline and not task.done()
         await asyncio.sleep(0.05)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert _resources(docker_engine, label) == []
+    assert _resources(docker_engine.client, label) == []
 
 
 _SCRIPT = """
@@ -313,16 +357,16 @@ def test_ctrl_c_leaves_nothing(docker_engine: Any, when: str) -> None:
             _expect_line(proc, "ready ")
         else:
             deadline = time.monotonic() + 60
-            while len(_owned_by(docker_engine, proc)) < 2:
+            while len(_owned_by(docker_engine.client, proc)) < 2:
                 assert time.monotonic() < deadline and proc.poll() is None
                 time.sleep(0.05)
-        assert _owned_by(docker_engine, proc)
+        assert _owned_by(docker_engine.client, proc)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
         assert "KeyboardInterrupt" in err
     finally:
         _end(proc)
-    assert _owned_by(docker_engine, proc) == []
+    assert _owned_by(docker_engine.client, proc) == []
 
 
 def test_killed_test_process_leftovers_are_cleaned(docker_engine: Any) -> None:
@@ -332,11 +376,11 @@ def test_killed_test_process_leftovers_are_cleaned(docker_engine: Any) -> None:
         _expect_line(proc, "ready ")
     finally:
         _end(proc)  # SIGKILL: no clean-up can run
-    assert len(_owned_by(docker_engine, proc)) == 3  # NATS, n0, the network
+    assert len(_owned_by(docker_engine.client, proc)) == 3  # NATS, n0, the network
     clean = [sys.executable, "-m", "liftbridge_nats.testing", "clean", "--check"]
     done = subprocess.run(clean, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1, done.stderr
     assert "left behind" in done.stderr
-    assert _owned_by(docker_engine, proc) == []
+    assert _owned_by(docker_engine.client, proc) == []
     done = subprocess.run(clean, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr

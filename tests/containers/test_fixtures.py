@@ -35,8 +35,8 @@ def stopped_after_test(docker_engine: Any) -> Iterator[list[str]]:
     yield namespaces
     for namespace in namespaces:
         label = f"{CLUSTER_LABEL}={namespace}"
-        assert docker_engine.containers.list(all=True, filters={"label": label}) == []
-        assert docker_engine.networks.list(filters={"label": label}) == []
+        assert docker_engine.client.containers.list(all=True, filters={"label": label}) == []
+        assert docker_engine.client.networks.list(filters={"label": label}) == []
 
 
 async def test_factory_makes_what_it_is_asked_and_stops_it(
@@ -51,7 +51,7 @@ async def test_factory_makes_what_it_is_asked_and_stops_it(
     assert cluster.node_ids == ["n0", "n1", "n2"]
     assert "level=debug" in cluster.node_log(0)
     label = f"{CLUSTER_LABEL}={cluster.namespace}"
-    assert len(docker_engine.containers.list(filters={"label": label})) == 4
+    assert len(docker_engine.client.containers.list(filters={"label": label})) == 4
     # Left running on purpose: the factory stops it after the test.
     stopped_after_test.append(cluster.namespace)
 

@@ -65,7 +65,7 @@ def test_quick_mode_produces_every_case(tmp_path: Path) -> None:
     for client in (plan.OURS, plan.BARE, plan.RAW, plan.GUFO_BULK, plan.GUFO_UNARY,
                    plan.GO_ASYNC, plan.GO_SYNC, plan.GO_SUB, plan.GUFO_SUB, plan.GRPC_SUB, plan.OURS_UVLOOP,
                    plan.GRPC_SYNC_SUB, *plan.FANOUT_CLIENTS, plan.GO_FANOUT, *plan.SERVICES,
-                   *plan.TELEMETRY_CLIENTS):  # fmt: skip
+                   *plan.TELEMETRY_CLIENTS, *plan.SUB_METRICS_CLIENTS):  # fmt: skip
         assert client in clients
     # "ours" publishes with opentelemetry-api imported (no SDK); its "no opentelemetry"
     # twin really ran without it, and the report gives both ratios of the same run.

@@ -22,7 +22,13 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.util.types import AttributeValue
 
-from liftbridge_nats._metrics import ACK_LATENCY_BUCKETS, Metrics, PublishCounts
+from liftbridge_nats._metrics import (
+    ACK_LATENCY_BUCKETS,
+    Metrics,
+    PublishCounts,
+    default_metrics,
+    metrics_for,
+)
 
 
 @dataclass
@@ -223,5 +229,42 @@ def test_the_global_registry_needs_an_sdk_for_the_histogram() -> None:
             for m in sm.metrics
         }
         assert "messaging.client.consumed.messages" in names, names
+        """
+    subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True)
+
+
+def test_metrics_argument(reader: InMemoryMetricReader, provider: MeterProvider) -> None:
+    assert metrics_for(False) is None
+    assert metrics_for(True) is default_metrics()
+    registry = metrics_for(provider)
+    assert registry is not None and registry is not default_metrics()
+    # One registry per provider: instruments are registered once, and a client and a
+    # publisher given the same provider add up in the same counters.
+    assert metrics_for(provider) is registry
+    registry.read_cell("orders", 0).messages += 1
+    other = metrics_for(MeterProvider())
+    assert other is not None and other is not registry
+    assert {
+        a["messaging.destination.name"]: v
+        for a, v in collect(reader)["messaging.client.consumed.messages"]
+    } == {"orders": 1}
+    for wrong in (None, 1, "yes", object()):
+        with pytest.raises(TypeError, match="metrics must be True, False or an OpenTelemetry"):
+            metrics_for(wrong)
+
+
+def test_metrics_argument_without_opentelemetry() -> None:
+    code = """
+        import sys
+        sys.modules["opentelemetry"] = None  # as if not installed
+        from liftbridge_nats._metrics import metrics_for
+
+        assert metrics_for(True) is None and metrics_for(False) is None
+        try:
+            metrics_for(object())
+        except TypeError:
+            pass
+        else:
+            raise AssertionError("a non-provider was accepted")
         """
     subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True)

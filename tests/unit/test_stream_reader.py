@@ -24,31 +24,35 @@ import h2.events
 import pytest
 
 from liftbridge_nats._h2 import H2Connection
+from liftbridge_nats._metrics import ReadCell
 from liftbridge_nats._proto import api_pb2
 from liftbridge_nats._stream_reader import (
     OPENED,
     CallHandle,
     CallStatusError,
+    Delivery,
     Item,
     StreamEnd,
     StreamReader,
 )
-from liftbridge_nats.errors import RpcError
+from liftbridge_nats.errors import DeserializationError, RpcError
 from liftbridge_nats.messages import Message
+from liftbridge_nats.serializers import JsonDeserializer, StringDeserializer
 from liftbridge_nats.wire import message_from_proto
 
 pytestmark = pytest.mark.timeout(60)
 
 PATH = "/proto.API/Subscribe"
+Decoded = Message[Any, Any]
 
 
 def grpc_message(body: bytes, *, compressed: bool = False) -> bytes:
     return bytes([int(compressed)]) + len(body).to_bytes(4, "big") + body
 
 
-def pb(offset: int, value: bytes = b"v") -> bytes:
+def pb(offset: int, value: bytes = b"v", key: bytes = b"") -> bytes:
     return api_pb2.Message(
-        stream="s", partition=2, offset=offset, value=value, subject="s.2", timestamp=1
+        stream="s", partition=2, offset=offset, value=value, key=key, subject="s.2", timestamp=1
     ).SerializeToString()
 
 
@@ -149,8 +153,10 @@ class Pair:
                 return
         raise AssertionError("the connection never settled")
 
-    def call(self, request: bytes = b"req", **limits: int) -> tuple[StreamReader, int]:
-        reader = StreamReader(**limits)
+    def call(
+        self, request: bytes = b"req", delivery: Delivery | None = None, **limits: int
+    ) -> tuple[StreamReader, int]:
+        reader = StreamReader(delivery=delivery, **limits)
         stream_id = self.client.start_call(PATH, request, reader, window=reader.window)
         reader.attach(Handle(self, stream_id))
         self.pump()
@@ -181,8 +187,10 @@ async def offsets(reader: StreamReader, n: int) -> list[int]:
     return [cast(Message, await take(reader)).offset for _ in range(n)]
 
 
-async def opened(pair: Pair, **limits: int) -> tuple[StreamReader, int]:
-    reader, stream_id = pair.call(b"req", **limits)
+async def opened(
+    pair: Pair, delivery: Delivery | None = None, **limits: int
+) -> tuple[StreamReader, int]:
+    reader, stream_id = pair.call(b"req", delivery, **limits)
     pair.server.respond(stream_id)
     pair.server.send(stream_id, HANDSHAKE)
     pair.pump()
@@ -539,3 +547,101 @@ async def test_cancelled_waits_lose_no_message_under_a_racing_server() -> None:
         expected += 1
     await producer
     assert expected == count
+
+
+# ---------------------------------------------------------------------- delivery
+
+
+async def test_messages_and_their_bytes_are_counted_once_taken() -> None:
+    pair = Pair()
+    cell = ReadCell()
+    reader, stream_id = await opened(pair, Delivery(cell), skip_through=1)
+    bodies = [pb(i, b"x" * i, key=b"key") for i in range(6)]
+    pair.server.send(stream_id, *bodies)
+    pair.pump()
+    assert await offsets(reader, 2) == [2, 3]  # the replayed 0 and 1 are skipped
+    # Counted in bulk (when the buffer drains, at a grant, at the end), never
+    # ahead of what was taken.
+    assert cell.messages <= 2
+    assert await offsets(reader, 2) == [4, 5]
+    assert reader.get() is None  # drained
+    # Bytes as the broker sent each message (key, headers and all; no framing).
+    assert (cell.messages, cell.bytes) == (4, sum(map(len, bodies[2:])))
+    assert reader.get() is None
+    assert cell.messages == 4  # the handshake and empty polls count nothing
+
+    # Messages taken before the end are counted when the call ends (a stop
+    # position reached, or cancelled), even if the buffer was never drained.
+    more = [pb(i, b"y" * 100) for i in range(6, 106)]
+    pair.server.send(stream_id, *more)
+    pair.pump()
+    assert await offsets(reader, 3) == [6, 7, 8]
+    reader.cancel()
+    assert (cell.messages, cell.bytes) == (7, sum(map(len, bodies[2:] + more[:3])))
+
+
+async def test_messages_taken_after_the_call_ended_are_counted_on_cancel() -> None:
+    pair = Pair()
+    cell = ReadCell()
+    reader, stream_id = await opened(pair, Delivery(cell))
+    bodies = [pb(i, b"w" * 10) for i in range(3)]
+    pair.server.send(stream_id, *bodies)
+    pair.server.finish(stream_id)  # the stop position: the end follows the messages
+    pair.pump()
+    assert await offsets(reader, 2) == [0, 1]
+    assert reader.finished
+    reader.cancel()  # what a subscription does at its stop offset
+    assert (cell.messages, cell.bytes) == (2, sum(map(len, bodies[:2])))
+
+
+async def test_counts_follow_the_grants_of_a_busy_reader() -> None:
+    pair = Pair()
+    cell = ReadCell()
+    reader, stream_id = await opened(pair, Delivery(cell), max_messages=64)
+    bodies = [pb(i, b"z" * 500) for i in range(2000)]
+    taken = 0
+    for start in range(0, len(bodies), 50):
+        pair.server.send(stream_id, *bodies[start : start + 50])
+        pair.pump()
+        assert await offsets(reader, 50) == list(range(start, start + 50))
+        taken += 50
+        # Grants happen every half window: the counts are never far behind.
+        assert taken - 64 <= cell.messages <= taken
+    assert reader.get() is None
+    assert (cell.messages, cell.bytes) == (2000, sum(map(len, bodies)))
+
+
+async def test_a_message_the_deserializer_refuses_is_taken_and_reading_goes_on() -> None:
+    pair = Pair()
+    cell = ReadCell()
+    delivery = Delivery(cell, JsonDeserializer(), StringDeserializer())
+    reader, stream_id = await opened(pair, delivery)
+    pair.server.send(
+        stream_id, pb(0, b'{"a": 1}', key=b"k0"), pb(1, b"{not json", key=b"k1"), pb(2, b"[2]")
+    )
+    pair.pump()
+    first = cast(Decoded, await take(reader))
+    assert (first.offset, first.value, first.key) == (0, {"a": 1}, "k0")
+    with pytest.raises(DeserializationError) as caught:
+        await take(reader)
+    error = caught.value
+    assert (error.stream, error.partition, error.offset, error.what) == ("s", 2, 1, "value")
+    assert error.raw_message is not None
+    assert (error.raw_message.value, error.raw_message.key) == (b"{not json", b"k1")
+    assert "offset 1 of stream 's', partition 2" in str(error)
+    third = cast(Decoded, await take(reader))
+    assert (third.offset, third.value, third.key) == (2, [2], None)  # no key stays None
+    assert reader.get() is None
+    assert cell.messages == 3  # the refused message was read too
+
+
+async def test_a_key_the_deserializer_refuses_names_the_key() -> None:
+    pair = Pair()
+    reader, stream_id = await opened(pair, Delivery(key_deserializer=StringDeserializer()))
+    pair.server.send(stream_id, pb(0, b"v", key=b"\xff\xfe"), pb(1, b"w", key=b"ok"))
+    pair.pump()
+    with pytest.raises(DeserializationError) as caught:
+        await take(reader)
+    assert (caught.value.offset, caught.value.what) == (0, "key")
+    ok = cast(Decoded, await take(reader))
+    assert (ok.value, ok.key) == (b"w", "ok")  # the value has no deserializer: bytes

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from liftbridge_nats._tracing import PublishTracer, consumer_span, error_type, publish_tracer
-from liftbridge_nats.errors import AckTimeoutError, MessageTooLargeError
+from liftbridge_nats.errors import AckTimeoutError, InvalidArgumentError, MessageTooLargeError
 from liftbridge_nats.messages import Ack, AckPolicy, Message
 from liftbridge_nats.tracing import extract_context, inject_context
 
@@ -298,6 +298,74 @@ def test_consumer_span_records_an_exception_and_lets_it_through(traced: Traced) 
     assert consumer.links == ()  # nothing to link to
     assert consumer.status.status_code is StatusCode.ERROR
     assert dict(consumer.attributes or {})["error.type"] == "builtins.KeyError"
+
+
+def test_context_from_a_spark_rows_headers() -> None:
+    # The Spark source's headers column is map<string,binary>: PySpark hands rows'
+    # binary values over as bytearray.
+    headers = {"subject": bytearray(b"orders"), "traceparent": bytearray(TRACEPARENT.encode())}
+    ctx = extract_context(headers)
+    assert ctx is not None
+    remote = trace.get_current_span(ctx).get_span_context()
+    assert (remote.trace_id, remote.span_id) == (
+        0x0AF7651916CD43DD8448EB211C80319C,
+        0xB7AD6B7169203331,
+    )
+
+
+def test_consumer_span_over_a_batch_links_to_each_producer(traced: Traced) -> None:
+    provider, exporter = traced
+    tracer = publish_tracer(provider)
+    assert tracer is not None
+    headers = []
+    for cid in ("c-1", "c-2"):
+        span, carried = tracer.start("orders", cid, None)
+        tracer.finish(span)
+        headers.append(carried)
+    batch = [
+        Message("orders", 1, 7, b"a", headers=headers[0]),
+        Message("orders", 1, 8, b"b"),  # published without a context
+        Message("orders", 1, 9, b"c", headers=headers[1]),
+        Message("orders", 1, 10, b"d", headers=headers[1]),  # the same producer span again
+    ]
+    with consumer_span(batch, tracer_provider=provider, group="billing"):
+        pass
+    *producers, consumer = exporter.get_finished_spans()
+    assert consumer.name == "process orders" and consumer.kind is SpanKind.CONSUMER
+    assert [(link.context.trace_id, link.context.span_id) for link in consumer.links] == [
+        (p.context.trace_id, p.context.span_id) for p in producers if p.context is not None
+    ]
+    assert dict(consumer.attributes or {}) == {
+        "messaging.system": "liftbridge",
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "process",
+        "messaging.batch.message_count": 4,
+        "messaging.destination.name": "orders",
+        "messaging.destination.partition.id": "1",
+        "messaging.consumer.group.name": "billing",
+    }
+    # Messages of several streams: no destination, and the span is named for the
+    # operation alone, as the conventions ask.
+    with consumer_span(
+        (Message("orders", 0, 1, b"a"), Message("refunds", 0, 1, b"b")), tracer_provider=provider
+    ):
+        pass
+    mixed = exporter.get_finished_spans()[-1]
+    assert mixed.name == "process" and mixed.links == ()
+    assert "messaging.destination.name" not in dict(mixed.attributes or {})
+
+
+def test_consumer_span_refuses_an_empty_batch_and_a_batch_as_child(traced: Traced) -> None:
+    provider, exporter = traced
+    empty = consumer_span([], tracer_provider=provider)
+    with pytest.raises(InvalidArgumentError, match="non-empty"), empty:
+        pass
+    as_child = consumer_span(
+        [Message("s", 0, 0, b"v")], tracer_provider=provider, child_of_producer=True
+    )
+    with pytest.raises(InvalidArgumentError, match="single message"), as_child:
+        pass
+    assert exporter.get_finished_spans() == ()
 
 
 # ------------------------------------------------------------------ global provider, no otel
