@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeAlias
 
 import msgspec
@@ -20,7 +20,6 @@ from nats.aio.client import Client as NATS
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -38,16 +37,8 @@ from liftbridge_nats.serializers import (
 )
 from liftbridge_nats.testing import LocalCluster
 
+# The suite's `traced` fixture (tests/conftest.py): an SDK provider into memory.
 Traced: TypeAlias = tuple[TracerProvider, InMemorySpanExporter]
-
-
-@pytest.fixture
-def traced() -> Iterator[Traced]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider, exporter
-    provider.shutdown()
 
 
 def producer_spans(exporter: InMemorySpanExporter) -> list[ReadableSpan]:

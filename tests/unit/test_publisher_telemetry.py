@@ -21,7 +21,6 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -37,17 +36,9 @@ from liftbridge_nats.messages import AckError, AckPolicy
 from liftbridge_nats.publisher import Publisher, PublishRecord
 from liftbridge_nats.serializers import JsonSerializer, MsgspecSerializer, StringSerializer
 
+# The suite's `traced` fixture (tests/conftest.py): an SDK provider into memory.
 Traced: TypeAlias = tuple[TracerProvider, InMemorySpanExporter]
 Metered: TypeAlias = tuple[MeterProvider, InMemoryMetricReader]
-
-
-@pytest.fixture
-def traced() -> Iterator[Traced]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider, exporter
-    provider.shutdown()
 
 
 @pytest.fixture
