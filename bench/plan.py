@@ -18,6 +18,15 @@ OURS_BURST = "ours burst 20k"
 OURS_TASKS_100 = "ours 100 tasks"
 OURS_TASKS_1000 = "ours 1000 tasks"
 SERVICES = (OURS_BURST, OURS_TASKS_100, OURS_TASKS_1000)
+# What telemetry and serializers cost, beside "ours" (which runs with opentelemetry-api
+# installed and no SDK configured): the same publishes with opentelemetry not importable,
+# with an OpenTelemetry SDK taking every span and the metrics, and with msgspec Structs
+# of the same encoded size through value_serializer. Measured on the first size, LEADER,
+# the first topology.
+OURS_NO_OTEL = "ours, no opentelemetry"
+OURS_TRACED = "ours, traced (OTel SDK)"
+OURS_MSGSPEC = "ours, msgspec Struct"
+TELEMETRY_CLIENTS = (OURS_NO_OTEL, OURS_TRACED, OURS_MSGSPEC)
 BARE = "bare"
 RAW = "raw nats-py"
 GUFO_UNARY = "gufo publish"
@@ -88,9 +97,14 @@ class Case:
         return f"{self.ack} {self.topology.label} {self.size} B" + (" kh" if self.keyed else "")
 
 
-def publish_clients(settings: Settings, topology: Topology, keyed: bool = False) -> list[str]:
-    """Clients measured on one publish configuration."""
+def publish_clients(
+    settings: Settings, topology: Topology, keyed: bool = False, telemetry: bool = False
+) -> list[str]:
+    """Clients measured on one publish configuration (``telemetry``: with the
+    telemetry and serializer variants of ours)."""
     clients = [OURS, BARE]
+    if telemetry:
+        clients += list(TELEMETRY_CLIENTS)
     if topology in settings.services_topologies:
         clients += list(SERVICES)
     if keyed:
@@ -118,7 +132,12 @@ def build(settings: Settings) -> list[Case]:
             if topology.replication > settings.nodes:
                 continue
             for ack in settings.policies:
-                for client in publish_clients(settings, topology):
+                telemetry = (size, topology, ack) == (
+                    settings.sizes[0],
+                    settings.topologies[0],
+                    "LEADER",
+                )
+                for client in publish_clients(settings, topology, telemetry=telemetry):
                     cases.append(
                         Case("publish", client, size, settings.count, ack=ack, topology=topology)
                     )

@@ -184,6 +184,7 @@ def targets(record: Record) -> list[dict[str, Any]]:
                 )
                 rows.append(row)
     rows += _services_targets(pub)
+    rows += _telemetry_targets(pub)
     lat = [c for c in cases if c["section"] == "latency" and c["rate"] == 10_000]
     for size in sorted({c["size"] for c in lat}):
         ours_c = _find(lat, plan.OURS, size=size)
@@ -322,6 +323,111 @@ def _services_targets(pub: list[Record]) -> list[dict[str, Any]]:
             lower=True,
         )
     return rows
+
+
+def _telemetry_cases(pub: list[Record]) -> tuple[dict[str, Any], dict[str, Record]]:
+    """The configuration the telemetry variants ran on, and its cases by client."""
+    for case in pub:
+        if case["client"] == plan.OURS_NO_OTEL:
+            m = {k: case[k] for k in ("size", "ack", "partitions", "replication", "keyed")}
+            found = {
+                client: c
+                for client in (plan.OURS, *plan.TELEMETRY_CLIENTS)
+                if (c := _find(pub, client, **m)) is not None and _ok(c)
+            }
+            return m, found
+    return {}, {}
+
+
+def _paired(a: Record | None, b: Record | None, field: str) -> float | None:
+    """a / b for ``field`` (``rate`` or ``cpu_us_per_msg``): the median of the ratios of
+    the rounds they ran side by side, or of their reported figures with one round."""
+    if a is None or b is None:
+        return None
+    ra, rb = a["result"], b["result"]
+    key = "rates_per_round" if field == "rate" else "cpu_us_per_msg_per_round"
+    xs, ys = ra.get(key) or [], rb.get(key) or []
+    if len(xs) > 1 and len(xs) == len(ys) and all(ys):
+        return float(statistics.median(x / y for x, y in zip(xs, ys, strict=True)))
+    return _ratio(ra.get(field), rb.get(field))
+
+
+def _telemetry_targets(pub: list[Record]) -> list[dict[str, Any]]:
+    m, found = _telemetry_cases(pub)
+    if not found:
+        return []
+    base = found.get(plan.OURS_NO_OTEL)
+    label = f"{_size(m['size'])} {m['ack']}"
+    return [
+        _target(
+            f"publish throughput with opentelemetry-api and no SDK ≥ 0.97x without "
+            f"opentelemetry, {label}",
+            _paired(found.get(plan.OURS), base, "rate"),
+            0.97,
+        ),
+        _target(
+            f"client CPU per message with opentelemetry-api and no SDK ≤ 1.03x without "
+            f"opentelemetry, {label}",
+            _paired(found.get(plan.OURS), base, "cpu_us_per_msg"),
+            1.03,
+            lower_is_better=True,
+        ),
+    ]
+
+
+def _telemetry_table(cases: list[Record]) -> list[str]:
+    pub = [c for c in cases if c["section"] == "publish"]
+    m, found = _telemetry_cases(pub)
+    if not found:
+        return []
+    out = [
+        "",
+        f"### Telemetry and serializers ({_size(m['size'])}, {m['ack']}, "
+        f"{m['partitions']} part, RF {m['replication']})",
+        "",
+        "**ours** runs with opentelemetry-api installed and no SDK configured (the "
+        "Publisher's defaults, `tracing=True, metrics=True`); **ours, no opentelemetry** the "
+        "same with opentelemetry not importable in the worker; **ours, traced (OTel SDK)** "
+        "with an SDK tracer provider (a span per message, BatchSpanProcessor) and meter "
+        "provider (collected every second) given to the Publisher, exporting into nothing; "
+        "**ours, msgspec Struct** publishes a msgspec Struct whose JSON is as long as the "
+        "raw value through `value_serializer=MsgspecSerializer()`.",
+        "",
+        "| client | msg/s | CPU µs/msg | msg/s per round | CPU µs/msg per round |",
+        "|---|---:|---:|---|---|",
+    ]
+    for client in (plan.OURS_NO_OTEL, plan.OURS, plan.OURS_TRACED, plan.OURS_MSGSPEC):
+        case = found.get(client)
+        if case is None:
+            out.append(f"| {client} | - | - | | |")
+            continue
+        r = case["result"]
+        rates = "/".join(f"{x / 1000:.0f}k" for x in r.get("rates_per_round", []))
+        cpus = "/".join(f"{x:.2f}" for x in r.get("cpu_us_per_msg_per_round", []))
+        out.append(
+            f"| {client} | {_num(r['rate'])} | {_num(r['cpu_us_per_msg'], 2)} | {rates} | {cpus} |"
+        )
+
+    def line(what: str, a: str, b: str) -> str:
+        rate = _paired(found.get(a), found.get(b), "rate")
+        cpu = _paired(found.get(a), found.get(b), "cpu_us_per_msg")
+        rate_text = "-" if rate is None else f"{rate:.3f}x"
+        cpu_text = "-" if cpu is None else f"{cpu:.3f}x"
+        return f"- {what}: throughput {rate_text}, CPU per message {cpu_text}"
+
+    out += [
+        "",
+        "Ratios in the same run (the median of the rounds' ratios when there are several):",
+        "",
+        line(
+            "opentelemetry-api without an SDK / no opentelemetry (goal: throughput within 3%)",
+            plan.OURS,
+            plan.OURS_NO_OTEL,
+        ),
+        line("msgspec Struct through value_serializer / raw bytes", plan.OURS_MSGSPEC, plan.OURS),
+        line("traced and metered by the OTel SDK / no SDK", plan.OURS_TRACED, plan.OURS),
+    ]
+    return out
 
 
 def _target(
@@ -872,6 +978,7 @@ def markdown(record: Record, chart_name: str = "results.png") -> str:
     lines += _method()
     lines += _publish_tables(cases)
     lines += _cpu_table(cases)
+    lines += _telemetry_table(cases)
     lines += _latency_table(cases)
     lines += _subscribe_table(cases)
     lines += _fanout_table(cases)

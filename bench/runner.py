@@ -30,6 +30,9 @@ _PY_ACTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("publish", plan.OURS_BURST): ("ours", "burst"),
     ("publish", plan.OURS_TASKS_100): ("ours", "tasks"),
     ("publish", plan.OURS_TASKS_1000): ("ours", "tasks"),
+    ("publish", plan.OURS_NO_OTEL): ("ours", "publish"),
+    ("publish", plan.OURS_TRACED): ("ours", "publish"),
+    ("publish", plan.OURS_MSGSPEC): ("ours", "publish"),
     ("publish", plan.BARE): ("bare", "publish"),
     ("publish", plan.BARE_UVLOOP): ("bare", "publish"),
     ("publish", plan.RAW): ("bare", "raw"),
@@ -46,6 +49,13 @@ _PY_ACTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("fanout", plan.FANOUT_TASKS): ("ours", "fanout"),
     ("fanout", plan.FANOUT_CONSUMER): ("ours", "fanout"),
     ("memory", plan.OURS): ("ours", "memory"),
+}
+# What the telemetry variants of ours add to their spec (see bench.clients.ours.publish
+# and bench.worker).
+_VARIANTS: dict[str, dict[str, Any]] = {
+    plan.OURS_NO_OTEL: {"block_imports": ["opentelemetry"]},
+    plan.OURS_TRACED: {"telemetry": "sdk"},
+    plan.OURS_MSGSPEC: {"serializer": "msgspec"},
 }
 # The read metrics of our subscribe cases (see bench.clients.ours.subscribe).
 _SUB_METRICS = {plan.OURS_METRICS_OFF: "off", plan.OURS_OTEL_SDK: "sdk"}
@@ -415,6 +425,7 @@ class Runner:
         }
         if case.client in (plan.OURS_TASKS_100, plan.OURS_TASKS_1000):
             spec["tasks"] = 100 if case.client == plan.OURS_TASKS_100 else 1000
+        spec.update(_VARIANTS.get(case.client, {}))
         created = ""
         try:
             if case.section == "subscribe":

@@ -10,10 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.abc
 import json
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
+
+
+class _Blocked(importlib.abc.MetaPathFinder):
+    """Makes packages unimportable in this process, as if they were not installed."""
+
+    def __init__(self, names: list[str]) -> None:
+        self._names = tuple(names)
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        if fullname.split(".", 1)[0] in self._names:
+            raise ModuleNotFoundError(f"No module named {fullname!r} (blocked by the bench)")
+        return None
 
 
 def _run(main: Coroutine[Any, Any, dict[str, Any]], use_uvloop: bool) -> dict[str, Any]:
@@ -32,6 +45,9 @@ def main(argv: list[str]) -> int:
         print("usage: python -m bench.worker '<json spec>'", file=sys.stderr)
         return 2
     spec: dict[str, Any] = json.loads(argv[1])
+    if spec.get("block_imports"):
+        # Before anything of the client is imported.
+        sys.meta_path.insert(0, _Blocked(spec["block_imports"]))
     module = importlib.import_module(f"bench.clients.{spec['module']}")
     action = getattr(module, spec["action"])
     result = _run(action(spec), bool(spec.get("uvloop")))

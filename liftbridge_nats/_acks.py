@@ -23,6 +23,7 @@ settles the future and the later ones are counted as unmatched.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,7 @@ from ._errors import (
     for_ack_error,
 )
 from ._inflight import ATTEMPT, FUTURE, SUBJECT, Flight, InflightLedger
+from ._log import RateLimitedLog, get_logger
 from ._proto import api_pb2
 from ._transport import InboxSubscription, NatsTransport, PublishTransport
 from .envelope import MsgType, decode, header
@@ -57,6 +59,10 @@ __all__ = [
 _PLAIN_ACK_HEADER = header(MsgType.ACK)
 _HEADER_LEN = len(_PLAIN_ACK_HEADER)
 _parse_ack = api_pb2.Ack.FromString
+
+_log = get_logger("acks")
+# At most one line about junk on an ack inbox per this many seconds (per publisher).
+_JUNK_LOG_INTERVAL = 10.0
 
 
 # What the caller can do, for each class an ack error maps to (errors.for_ack_error).
@@ -175,6 +181,7 @@ class AckListener:
         self._malformed = 0
         self._foreign = 0
         self._no_responders = 0
+        self._junk_log = RateLimitedLog(_log, logging.WARNING, _JUNK_LOG_INTERVAL)
 
     @property
     def inbox(self) -> str:
@@ -231,6 +238,7 @@ class AckListener:
         """Process a NATS status message that arrived on ``subject``."""
         if status != _NO_RESPONDERS or not subject.startswith(self._reply_prefix):
             self._foreign += 1
+            self._dropped()
             return
         flight = self._ledger.settle(subject[len(self._reply_prefix) :])
         if flight is None:
@@ -261,6 +269,7 @@ class AckListener:
             pb = _parse_ack(payload)  # type: ignore[arg-type]  # any buffer works
         except DecodeError:
             self._malformed += 1
+            self._dropped()
             return
         cid = pb.correlationId
         flight = self._ledger.settle(cid)
@@ -283,11 +292,24 @@ class AckListener:
             env = decode(data)
         except EnvelopeError:
             self._malformed += 1
+            self._dropped()
             return None
         if env.msg_type is not MsgType.ACK:
             self._foreign += 1
+            self._dropped()
             return None
         return env.payload
+
+    def _dropped(self) -> None:
+        # Anyone may publish to the inbox: counts and the subject only, at most one
+        # line per interval however fast junk arrives.
+        self._junk_log.log(
+            "dropped messages on the ack inbox %s: %d malformed and %d of another kind "
+            "so far (not acks of this publisher)",
+            self._inbox,
+            self._malformed,
+            self._foreign,
+        )
 
     def _settle_error(self, future: Any, pb: api_pb2.Ack, flight: Flight) -> None:
         self._matched += 1

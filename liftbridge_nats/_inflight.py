@@ -29,6 +29,7 @@ from typing import Any, Final
 
 from ._errors import PublisherClosedError
 from ._messages import Ack
+from ._tracing import error_type
 
 __all__ = [
     "ATTEMPT",
@@ -48,13 +49,25 @@ __all__ = [
 
 
 class AckFuture(asyncio.Future[Ack | None]):
-    """The future of one message's ack. Cancelling it forgets the message (``forget``
-    is a class attribute of the publisher's own subclass, see :func:`future_factory`)."""
+    """The future of one message's ack. Cancelling it forgets the message; failing it
+    counts the error's class in ``failed`` (both class attributes of the publisher's
+    own subclass, see :func:`future_factory`)."""
 
     __slots__ = ("cid",)
 
     cid: str
     forget: Callable[[str, AckFuture], None] | None = None
+    failed: dict[str, int] | None = None
+
+    def set_exception(self, exception: type | BaseException, /) -> None:
+        """Fail the publish; its error's class is counted first (for the metrics)."""
+        # Every way a publish fails ends here (ack error, timeout, no responders,
+        # close, lost connection), so one count covers them all at no cost to acks.
+        failed = self.failed
+        if failed is not None:
+            name = error_type(exception if isinstance(exception, BaseException) else exception())
+            failed[name] = failed.get(name, 0) + 1
+        super().set_exception(exception)
 
     def cancel(self, msg: Any = None) -> bool:
         """Cancel the wait for the ack; the message is forgotten (it may be stored)."""
@@ -99,12 +112,17 @@ class PublishCall(AckFuture, Coroutine[Any, Any, Ack | None]):
 
 
 def future_factory(
-    loop: asyncio.AbstractEventLoop, forget: Callable[[str, AckFuture], None], *, call: bool
+    loop: asyncio.AbstractEventLoop,
+    forget: Callable[[str, AckFuture], None],
+    *,
+    call: bool,
+    failed: dict[str, int] | None = None,
 ) -> Callable[[], AckFuture]:
     """A maker of ack futures (``call``: of :class:`PublishCall`) on ``loop``, whose
-    cancellation calls ``forget``."""
+    cancellation calls ``forget`` and whose failures are counted in ``failed`` (by
+    ``error.type``, see :func:`~._tracing.error_type`)."""
     base = PublishCall if call else AckFuture
-    cls = type(base.__name__, (base,), {"__slots__": (), "forget": forget})
+    cls = type(base.__name__, (base,), {"__slots__": (), "forget": forget, "failed": failed})
     return functools.partial(cls, loop=loop)
 
 

@@ -30,15 +30,16 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ._log import get_logger
+
 __all__ = ["DirectAcks", "DirectWriter", "Probe", "is_installed", "probe"]
 
-_log = logging.getLogger("liftbridge_nats.publisher")
+_log = get_logger("publisher")
 
 _SUBJECT_CACHE_LIMIT = 4096
 _CRLF = b"\r\n"

@@ -61,13 +61,15 @@ from __future__ import annotations
 # The public API takes `timeout=` arguments, as the rest of the SDK does.
 import asyncio
 import contextlib
+import functools
 import itertools
+import logging
 import os
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sized
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic
 
 from ._acks import AckListener, AckStats, no_responders_exception
 from ._checks import (
@@ -101,12 +103,19 @@ from ._inflight import (
     InflightLedger,
     future_factory,
 )
-from ._log import get_logger
-from ._messages import Ack, AckPolicy
+from ._log import RateLimitedLog, get_logger
+from ._messages import Ack, AckPolicy, K, V
+from ._metrics import DEFAULT_LATENCY_INTERVAL, AckLatency, Metrics, PublishCounts, metrics_for
 from ._partitioning import PartitionerLike, choose_partition, partition_subject
 from ._sender import Sender
+from ._tracing import PublishTracer, publish_tracer
 from ._transport import FastPath, NatsTransport, PublishTransport, log_choice, too_large_error
+from .serializers import serialize
 from .wire import PublishEncoder, header_fields
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import Span, TracerProvider
 
 __all__ = ["FastPath", "PublishRecord", "Publisher", "PublisherStats"]
 
@@ -135,6 +144,13 @@ _HEADERS_CACHE_LIMIT = 1024
 # Resend back-off after a no-responders report (retry=True): 25 ms doubling to 500 ms.
 _BACKOFF_FIRST = 0.025
 _BACKOFF_MAX = 0.5
+# How often a started publisher looks again whether an OpenTelemetry SDK was
+# configured (tracing, ack latency) when it reports to the global providers: a timer,
+# so that no message pays for the look.
+_TELEMETRY_REFRESH = 1.0
+# Re-sends are logged at most once per this many seconds (a fail-over re-sends in bulk).
+_RESEND_LOG_INTERVAL = 10.0
+_NEVER = float("inf")
 
 
 def _collect(
@@ -210,11 +226,12 @@ def _not_started(*_: object) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
-class PublishRecord:
-    """One message of :meth:`Publisher.publish_batch` when it needs more than a value."""
+class PublishRecord(Generic[V, K]):
+    """One message of :meth:`Publisher.publish_batch` when it needs more than a value
+    (``value`` and ``key`` of the publisher's serializers' input types, bytes without)."""
 
-    value: bytes
-    key: bytes | None = None
+    value: V
+    key: K | None = None
     headers: Mapping[str, bytes] | None = None
     correlation_id: str | None = None
     expected_offset: int | None = None
@@ -258,7 +275,17 @@ class _Session:
     """Everything a started publisher works with, built whole by :meth:`Publisher.start`
     and torn down as one by :meth:`Publisher.close`."""
 
-    __slots__ = ("closed", "encoder", "ledger", "listener", "loop", "resumes", "sender", "timers")
+    __slots__ = (
+        "closed",
+        "encoder",
+        "ledger",
+        "listener",
+        "loop",
+        "refresh",
+        "resumes",
+        "sender",
+        "timers",
+    )
 
     def __init__(
         self,
@@ -277,10 +304,27 @@ class _Session:
         self.timers: dict[str, asyncio.TimerHandle] = {}
         # Background resumes of paused partitions (publish_to_stream_async), by partition.
         self.resumes: dict[tuple[str, int], asyncio.Task[None]] = {}
+        # The telemetry refresh (see _TELEMETRY_REFRESH), when one is needed.
+        self.refresh: asyncio.TimerHandle | None = None
         self.closed = asyncio.Event()
 
 
-class Publisher:
+class _MetricSource:
+    """What the metrics registry reads a publisher through (held weakly there, strongly
+    by the publisher): the registry gets a snapshot of counters the publisher keeps
+    anyway, on the metric reader's thread."""
+
+    __slots__ = ("__weakref__", "_publisher")
+
+    def __init__(self, publisher: Publisher[Any, Any]) -> None:
+        self._publisher = publisher
+
+    def metric_counts(self) -> PublishCounts:
+        """The publisher's counters now (plain reads: no lock, no iteration)."""
+        return self._publisher._metric_counts()
+
+
+class Publisher(Generic[V, K]):
     """Publishes Liftbridge messages over a connected nats-py client and matches acks.
 
     ``ack_timeout`` is the default deadline of a publish (seconds). ``max_inflight``
@@ -312,6 +356,23 @@ class Publisher:
     (same bytes, same results, slower) and :attr:`fast_path` says why.
     ``fast_path=False`` always uses the public API.
 
+    ``tracing`` (with the ``otel`` extra): a PRODUCER span per message, its context in
+    the message's headers (W3C ``traceparent``; a header you set under that name is
+    kept). ``True`` traces through the global tracer provider, and costs nothing until
+    an OpenTelemetry SDK is configured (a publisher notices one configured after its
+    start within a second); a ``TracerProvider`` traces through that one; ``False``
+    never traces. ``metrics`` likewise: ``True`` reports the publisher's counters to
+    the global meter provider, a ``MeterProvider`` to that one, ``False`` nowhere (see
+    the README's Metrics section for the instruments).
+
+    ``value_serializer`` / ``key_serializer``: callables turning the values (keys) you
+    publish into bytes, applied before anything else happens (see
+    :mod:`liftbridge_nats.serializers`); a value they refuse raises
+    :class:`~liftbridge_nats.SerializationError` and nothing is sent. The
+    publisher is generic in their input types: ``Publisher(nc,
+    value_serializer=StringSerializer())`` is a ``Publisher[str, bytes]`` for mypy, and
+    one without serializers a ``Publisher[bytes, bytes]``. A key of None stays None.
+
     ``nc`` may also be a transport (see :mod:`liftbridge_nats._transport`), as tests do.
     """
 
@@ -329,6 +390,10 @@ class Publisher:
         max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
         resume_paused: bool = True,
         fast_path: bool | None = None,
+        tracing: bool | TracerProvider = True,
+        metrics: bool | MeterProvider = True,
+        value_serializer: Callable[[V], bytes] | None = None,
+        key_serializer: Callable[[K], bytes] | None = None,
     ) -> None:
         check_publisher_args(
             nc,
@@ -347,6 +412,15 @@ class Publisher:
             raise InvalidArgumentError(
                 f"max_buffered_bytes must be an int >= 0, got {max_buffered_bytes!r}"
             )
+        for name, serializer in (
+            ("value_serializer", value_serializer),
+            ("key_serializer", key_serializer),
+        ):
+            if serializer is not None and not callable(serializer):
+                raise TypeError(f"{name} must be a callable returning bytes, got {serializer!r}")
+        # Both raise TypeError for a wrong argument now rather than at start().
+        self._tracer = publish_tracer(tracing)
+        self._metrics: Metrics | None = metrics_for(metrics)
         if isinstance(nc, PublishTransport):
             self._transport: PublishTransport = nc
         else:
@@ -393,10 +467,23 @@ class Publisher:
         self._published = 0
         self._timed_out = 0
         self._resent = 0
+        self._value_serializer = value_serializer
+        self._key_serializer = key_serializer
+        self._serializing = value_serializer is not None or key_serializer is not None
+        # The tracer while it records spans, else None: the one test a message pays.
+        self._trace: PublishTracer | None = None
+        # Ack latency: the next message published at or after this time (monotonic) is
+        # timed to its ack; never while no meter provider keeps the values.
+        self._latency: AckLatency | None = None
+        self._sample_at = _NEVER
+        # Failed publishes by error.type, counted by the ack futures themselves.
+        self._failed: dict[str, int] = {}
+        self._metric_source = _MetricSource(self)
+        self._resend_log = RateLimitedLog(_log, logging.WARNING, _RESEND_LOG_INTERVAL)
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self) -> Publisher:
+    async def start(self) -> Publisher[V, K]:
         """Subscribe to the ack inbox and start the sender (``async with`` does this)."""
         if self._state == _OPEN:
             return self
@@ -437,8 +524,8 @@ class Publisher:
         self._defer = sender.defer
         self._discard = ledger.discard
         self._fast = bool(transport.fast_path)
-        self._create_future = future_factory(loop, ledger.discard, call=False)
-        self._create_call = future_factory(loop, ledger.discard, call=True)
+        self._create_future = future_factory(loop, ledger.discard, call=False, failed=self._failed)
+        self._create_call = future_factory(loop, ledger.discard, call=True, failed=self._failed)
         # asyncio's own loops read time.monotonic(): calling it directly spares a frame.
         self._time = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
         self._reply_prefix = listener.reply_prefix.encode() if self._no_responders else b""
@@ -446,10 +533,34 @@ class Publisher:
         self._outbox = sender.outbox
         sender.start()
         log_choice(transport.fast_path)
+        if self._tracer is not None or self._metrics is not None:
+            self._refresh_telemetry()
+            session.refresh = loop.call_later(_TELEMETRY_REFRESH, self._on_refresh, session)
+        if self._metrics is not None:
+            self._metrics.register_publisher(self._metric_source)
         self._state = _OPEN
         return self
 
-    async def __aenter__(self) -> Publisher:
+    def _refresh_telemetry(self) -> None:
+        """Look whether spans and ack latencies would be kept now (an SDK configured)."""
+        tracer = self._tracer
+        if tracer is not None:
+            self._trace = tracer if tracer.refresh() else None
+        if self._metrics is not None:
+            # The publisher samples by itself (see _sample_latency): record every value.
+            latency = self._metrics.ack_latency(0.0)
+            if latency is None:
+                self._latency, self._sample_at = None, _NEVER
+            elif self._latency is None:
+                self._latency, self._sample_at = latency, 0.0
+
+    def _on_refresh(self, session: _Session) -> None:
+        if self._session is not session or self._state != _OPEN:
+            return
+        self._refresh_telemetry()
+        session.refresh = session.loop.call_later(_TELEMETRY_REFRESH, self._on_refresh, session)
+
+    async def __aenter__(self) -> Publisher[V, K]:
         return await self.start()
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -498,6 +609,23 @@ class Publisher:
             public_api_sent=self._transport.public_sent,
         )
 
+    def _metric_counts(self) -> PublishCounts:
+        """The counters the metrics report: plain reads, safe from the metric reader's
+        thread (the dict copy is one C call)."""
+        session = self._session
+        if session is None:
+            return PublishCounts(published=self._published, resent=self._resent)
+        ack = session.listener.stats
+        return PublishCounts(
+            published=self._published,
+            acked=ack.acks_matched - ack.acks_rejected,
+            resent=self._resent + session.sender.resent,
+            no_responders=ack.no_responders,
+            failed=self._failed.copy(),
+            inflight=len(session.ledger),
+            buffered_bytes=session.sender.buffered_bytes,
+        )
+
     async def close(self, timeout: float | None = None) -> None:
         """Stop publishing; wait for outstanding acks, then fail what is left.
 
@@ -533,6 +661,9 @@ class Publisher:
         for timer in session.timers.values():
             timer.cancel()
         session.timers.clear()
+        if session.refresh is not None:
+            session.refresh.cancel()
+            session.refresh = None
         resumes = list(session.resumes.values())
         for task in resumes:
             task.cancel()
@@ -544,6 +675,9 @@ class Publisher:
             if not future.done():
                 future.set_exception(_ack_lost_error(flight))
         await session.listener.stop()
+        if self._metrics is not None:
+            # Its final counts stay in the process totals.
+            self._metrics.retire_publisher(self._metric_source)
         self._state = _CLOSED
         session.closed.set()
 
@@ -552,9 +686,9 @@ class Publisher:
     def publish(
         self,
         subject: str,
-        value: bytes,
+        value: V,
         *,
-        key: bytes | None = None,
+        key: K | None = None,
         headers: Mapping[str, bytes] | None = None,
         ack_policy: AckPolicy = AckPolicy.LEADER,
         correlation_id: str | None = None,
@@ -574,12 +708,16 @@ class Publisher:
         :class:`PublishRejectedError` subclass when the server refused the message
         (:class:`MaxBytesExceededError` for one over the server's size limit),
         :class:`MaxPayloadExceededError` before sending a message larger than the NATS
-        connection takes (catch both with :class:`MessageTooLargeError`).
-        Cancelling the call forgets the message (it may still be stored).
+        connection takes (catch both with :class:`MessageTooLargeError`),
+        :class:`~liftbridge_nats.SerializationError` before sending a value or key the
+        publisher's serializers refuse. Cancelling the call forgets the message (it may
+        still be stored).
         """
         # The common case returns the ack's future itself (it is also a coroutine): no
         # coroutine frame and, in asyncio.gather, no task per message.
         try:
+            if self._serializing:
+                value, key = self._serialize(subject, value, key)
             flight = self._submit_now(
                 subject,
                 value,
@@ -602,26 +740,44 @@ class Publisher:
     async def _publish_waiting(
         self,
         subject: str,
-        value: bytes,
-        key: bytes | None,
+        value: Any,
+        key: Any,
         headers: Mapping[str, bytes] | None,
         ack_policy: AckPolicy,
         correlation_id: str | None,
         expected_offset: int | None,
         timeout: float | None,
+        traced: bool = False,
     ) -> Ack | None:
         flight = await self._submit_waiting(
-            subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
+            subject,
+            value,
+            key,
+            headers,
+            ack_policy,
+            correlation_id,
+            expected_offset,
+            timeout,
+            traced,
         )
         # Cancelling this wait cancels the future, which forgets the message.
         return await flight[FUTURE]
 
+    def _serialize(self, subject: str, value: Any, key: Any) -> tuple[Any, Any]:
+        """The value and key as the serializers make them (SerializationError when one
+        refuses); a key of None stays None."""
+        if self._value_serializer is not None:
+            value = serialize(self._value_serializer, value, subject=subject)
+        if key is not None and self._key_serializer is not None:
+            key = serialize(self._key_serializer, key, what="key", subject=subject)
+        return value, key
+
     async def publish_async(
         self,
         subject: str,
-        value: bytes,
+        value: V,
         *,
-        key: bytes | None = None,
+        key: K | None = None,
         headers: Mapping[str, bytes] | None = None,
         ack_policy: AckPolicy = AckPolicy.LEADER,
         correlation_id: str | None = None,
@@ -635,10 +791,12 @@ class Publisher:
         once every 256 messages to let the event loop run (nats-py writes and reads).
         The future gives what :meth:`publish` would return or raise. Arguments are
         checked before anything is sent (:class:`InvalidArgumentError`,
-        :class:`MaxPayloadExceededError`).
+        :class:`MaxPayloadExceededError`, :class:`~liftbridge_nats.SerializationError`).
         """
         if not self._published & _YIELD_MASK:
             await asyncio.sleep(0)
+        if self._serializing:
+            value, key = self._serialize(subject, value, key)
         flight = self._submit_now(
             subject,
             value,
@@ -657,7 +815,7 @@ class Publisher:
     async def publish_batch(
         self,
         subject: str,
-        items: Iterable[bytes | PublishRecord],
+        items: Iterable[V | PublishRecord[V, K]],
         *,
         ack_policy: AckPolicy = AckPolicy.LEADER,
         timeout: float | None = None,
@@ -730,18 +888,23 @@ class Publisher:
     def _submit_now(
         self,
         subject: str,
-        value: bytes,
-        key: bytes | None,
+        value: Any,
+        key: Any,
         headers: Mapping[str, bytes] | None,
         ack_policy: AckPolicy,
         correlation_id: str | None,
         expected_offset: int | None,
         timeout: float | None,
         make: Callable[[], AckFuture],
+        traced: bool = False,
     ) -> Flight | None:
         """Publish one message without awaiting anything; None (and nothing done) when
         that is not possible: no room in the ledger, the fast path off, or the reconnect
-        buffer full. The flight's future is ``flight[FUTURE]``."""
+        buffer full. The flight's future is ``flight[FUTURE]``.
+
+        ``value`` and ``key`` are bytes once serialized (the checks refuse anything
+        else); ``traced``: the caller started the message's span (publish_to_stream).
+        """
         if len(self._inflight) >= self._max_inflight or self._room_waiters or not self._fast:
             return None
         if correlation_id is None and expected_offset is None and timeout is None:
@@ -757,11 +920,14 @@ class Publisher:
                 expected_offset,
                 timeout,
                 make,
+                traced,
             )
         if (
             self._outbox or not self._write(subject, flight[REPLY], flight[DATA])
         ) and not self._defer(flight):
             # Neither sent nor queued: undone, for the caller to await _submit_waiting.
+            # (A span started for it is never ended, so never exported: the message
+            # gets its one span when it is prepared again.)
             self._discard(flight[CID], flight[FUTURE])
             return None
         self._published += 1
@@ -772,13 +938,14 @@ class Publisher:
     async def _submit_waiting(
         self,
         subject: str,
-        value: bytes,
-        key: bytes | None,
+        value: Any,
+        key: Any,
         headers: Mapping[str, bytes] | None,
         ack_policy: AckPolicy,
         correlation_id: str | None,
         expected_offset: int | None,
         timeout: float | None,
+        traced: bool = False,
     ) -> Flight:
         """:meth:`_submit_now` for when something must be awaited first or instead."""
         if self._must_wait():
@@ -798,6 +965,7 @@ class Publisher:
                 expected_offset,
                 timeout,
                 self._create_future,
+                traced,
             )
         if self._outbox or not self._write(subject, flight[REPLY], flight[DATA]):
             await self._live().sender.send(flight)
@@ -829,6 +997,7 @@ class Publisher:
             or type(ack_policy) is not AckPolicy
             or ack_policy is _NO_ACK
             or subject not in self._valid_subjects
+            or self._trace is not None
         ):
             return self._prepare(subject, value, key, headers, ack_policy, None, None, None, make)
         fields: bytes | None = None
@@ -865,6 +1034,8 @@ class Publisher:
         deadline = now + self._ack_timeout
         future = make()
         future.cid = cid
+        if now >= self._sample_at:
+            self._sample_latency(future, now)
         flight: Flight = (
             future,
             cid,
@@ -898,8 +1069,14 @@ class Publisher:
         expected_offset: int | None,
         timeout: float | None,
         make: Callable[[], AckFuture],
+        traced: bool = False,
     ) -> Flight:
-        """Check, encode and (unless AckPolicy.NONE) enter a message in the ledger."""
+        """Check, encode and (unless AckPolicy.NONE) enter a message in the ledger.
+
+        While tracing, the message's PRODUCER span starts here (unless ``traced``: the
+        caller started it), its context goes into the headers, and the span ends with
+        the ack's future (offset or error).
+        """
         if self._state != _OPEN:
             self._check_open()
         if subject not in self._valid_subjects:
@@ -928,14 +1105,26 @@ class Publisher:
                 if self._reply_prefix and is_subject_token(cid)
                 else b""
             )
-        data = self._encode(value, cid.encode(), key, headers, ack_policy, expected_offset)
-        if len(data) > self._max_payload:
-            raise too_large_error(subject, cid, len(data), self._max_payload)
+        span: Span | None = None
+        if self._trace is not None and not traced:
+            span, headers = self._trace.start(subject, cid, headers)
+        try:
+            data = self._encode(value, cid.encode(), key, headers, ack_policy, expected_offset)
+            if len(data) > self._max_payload:
+                raise too_large_error(subject, cid, len(data), self._max_payload)
+        except BaseException as exc:
+            if span is not None:
+                PublishTracer.finish(span, error=exc)
+            raise
         future = make()
         future.cid = cid
+        if span is not None:
+            future.add_done_callback(PublishTracer.finisher(span))
         if ack_policy is _NO_ACK:
             return (future, cid, subject, data, 0.0, b"", 0.0, -1)
         now = self._time()
+        if now >= self._sample_at:
+            self._sample_latency(future, now)
         if timeout is None:
             if self._retry:
                 final = now + self._retry_deadline
@@ -948,6 +1137,17 @@ class Publisher:
         flight: Flight = (future, cid, subject, data, deadline, reply, final, 0)
         self._ledger_add(flight, timeout is None)
         return flight
+
+    def _sample_latency(self, future: AckFuture, sent: float) -> None:
+        """Time this message to its ack: at most one message per interval is timed,
+        since recording a value costs the SDK as much as publishing a message."""
+        self._sample_at = sent + DEFAULT_LATENCY_INTERVAL
+        future.add_done_callback(functools.partial(self._record_latency, sent))
+
+    def _record_latency(self, sent: float, future: AckFuture) -> None:
+        latency = self._latency
+        if latency is not None and not future.cancelled() and future.exception() is None:
+            latency.observe(self._time(), sent)
 
     def _resend(self, flight: Flight) -> None:
         self._live().sender.resend(flight)
@@ -973,6 +1173,14 @@ class Publisher:
             )
             self._live().ledger.add(again, False)
             self._resend(again)
+            self._resend_log.log(
+                "no ack for a message on %r within ack_timeout (%.3g s): sent again "
+                "(attempt %d, correlation id %s)",
+                flight[SUBJECT],
+                self._ack_timeout,
+                again[ATTEMPT] + 1,
+                flight[CID],
+            )
             return
         self._timed_out += 1
         future.set_exception(
@@ -1019,6 +1227,15 @@ class Publisher:
                 session.timers[flight[CID]] = session.loop.call_later(
                     delay, self._resend_later, again
                 )
+                self._resend_log.log(
+                    "nobody listens on %r (no stream, paused partition, or a fail-over in "
+                    "progress): sending the message again in %.3g s (attempt %d, correlation "
+                    "id %s)",
+                    flight[SUBJECT],
+                    delay,
+                    again[ATTEMPT] + 1,
+                    flight[CID],
+                )
                 return
         future.set_exception(no_responders_exception(flight[SUBJECT], flight[CID]))
 
@@ -1033,9 +1250,9 @@ class Publisher:
     async def publish_to_stream(
         self,
         stream: str,
-        value: bytes,
+        value: V,
         *,
-        key: bytes | None = None,
+        key: K | None = None,
         headers: Mapping[str, bytes] | None = None,
         ack_policy: AckPolicy = AckPolicy.LEADER,
         correlation_id: str | None = None,
@@ -1063,50 +1280,70 @@ class Publisher:
         reports paused, and :class:`AckTimeoutError` is raised for the caller to decide;
         when the partition reports readonly (it stores and acks nothing), the timeout
         becomes a :class:`ReadonlyPartitionError`, as over gRPC.
+
+        The value and key are serialized first (a ``partitioner`` sees their bytes), and
+        a traced message gets one PRODUCER span however often it is sent, with the
+        stream and partition in its attributes.
         """
-        target, partition = await self._target(stream, key, value, partition, partitioner)
+        # Bytes from here on (the checks refuse anything else).
+        data: Any = value
+        key_data: Any = key
+        if self._serializing:
+            data, key_data = self._serialize(stream, value, key)
+        target, partition = await self._target(stream, key_data, data, partition, partitioner)
         budget = self._ack_timeout if timeout is None else timeout
         deadline = time.monotonic() + budget
         cid = correlation_id or (self._cid_prefix + str(next(self._cid_counter)))
+        span, headers = self._stream_span(target, cid, headers, stream, partition)
         attempt = 0
-        while True:
-            left = deadline - time.monotonic()
-            try:
-                return await self.publish(
-                    target,
-                    value,
-                    key=key,
-                    headers=headers,
-                    ack_policy=ack_policy,
-                    correlation_id=cid,
-                    expected_offset=expected_offset,
-                    timeout=max(left, 0.001),
-                )
-            except AckTimeoutError as exc:
-                # No ack by the deadline: find out why (readonly), resume a paused one.
-                self._routes.pop(stream, None)
-                await self._after_timeout(stream, partition, exc)
-                raise
-            except PublishError as exc:
-                # Only an error that says "not stored, and a retry can help once the
-                # metadata is fresh" (nobody listened: the partition may be paused) is
-                # worth the same bytes again; a rejection or a lost ack is not.
-                if exc.maybe_stored or not (exc.retriable and exc.invalid_metadata):
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    ack = await self._publish_waiting(
+                        target,
+                        data,
+                        key_data,
+                        headers,
+                        ack_policy,
+                        cid,
+                        expected_offset,
+                        max(left, 0.001),
+                        span is not None,
+                    )
+                    break
+                except AckTimeoutError as exc:
+                    # No ack by the deadline: find out why (readonly), resume a paused one.
+                    self._routes.pop(stream, None)
+                    await self._after_timeout(stream, partition, exc)
                     raise
-                if not self._resume_paused or time.monotonic() >= deadline:
-                    raise
-                await self._resume_if_paused(stream, partition, deadline)
-                self._routes.pop(stream, None)
-                await asyncio.sleep(min(_BACKOFF_MAX, _BACKOFF_FIRST * (2**attempt)))
-                attempt += 1
-                self._resent += 1
+                except PublishError as exc:
+                    # Only an error that says "not stored, and a retry can help once the
+                    # metadata is fresh" (nobody listened: the partition may be paused) is
+                    # worth the same bytes again; a rejection or a lost ack is not.
+                    if exc.maybe_stored or not (exc.retriable and exc.invalid_metadata):
+                        raise
+                    if not self._resume_paused or time.monotonic() >= deadline:
+                        raise
+                    await self._resume_if_paused(stream, partition, deadline)
+                    self._routes.pop(stream, None)
+                    await asyncio.sleep(min(_BACKOFF_MAX, _BACKOFF_FIRST * (2**attempt)))
+                    attempt += 1
+                    self._resent += 1
+        except BaseException as exc:
+            if span is not None:
+                PublishTracer.finish(span, error=exc)
+            raise
+        if span is not None:
+            PublishTracer.finish(span, ack)
+        return ack
 
     async def publish_to_stream_async(
         self,
         stream: str,
-        value: bytes,
+        value: V,
         *,
-        key: bytes | None = None,
+        key: K | None = None,
         headers: Mapping[str, bytes] | None = None,
         ack_policy: AckPolicy = AckPolicy.LEADER,
         correlation_id: str | None = None,
@@ -1124,23 +1361,58 @@ class Publisher:
         a paused partition fails the future with :class:`NoRespondersError` (the
         publisher resumes the partition in the background when ``resume_paused`` is
         on, so that a later message, or a re-send with ``Publisher(retry=True)``,
-        gets through) and a readonly one with :class:`AckTimeoutError`.
+        gets through) and a readonly one with :class:`AckTimeoutError`. The value and
+        key are serialized first, and a traced message's span names the stream and
+        partition, as with :meth:`publish_to_stream`.
         """
-        target, partition = await self._target(stream, key, value, partition, partitioner)
+        data: Any = value
+        key_data: Any = key
+        if self._serializing:
+            data, key_data = self._serialize(stream, value, key)
+        target, partition = await self._target(stream, key_data, data, partition, partitioner)
         if target not in self._stream_subjects:
             if len(self._stream_subjects) >= _SUBJECT_CACHE_LIMIT:
                 self._stream_subjects.clear()
             self._stream_subjects[target] = (stream, partition)
-        return await self.publish_async(
-            target,
-            value,
-            key=key,
-            headers=headers,
-            ack_policy=ack_policy,
-            correlation_id=correlation_id,
-            expected_offset=expected_offset,
-            timeout=timeout,
-        )
+        span: Span | None = None
+        if self._trace is not None:
+            correlation_id = correlation_id or (self._cid_prefix + str(next(self._cid_counter)))
+            span, headers = self._stream_span(target, correlation_id, headers, stream, partition)
+        # publish_async's body for bytes already serialized (it is the hot path: no
+        # frame of its own for a shared helper).
+        try:
+            if not self._published & _YIELD_MASK:
+                await asyncio.sleep(0)
+            flight = self._submit_now(
+                target,
+                data,
+                key_data,
+                headers,
+                ack_policy,
+                correlation_id,
+                expected_offset,
+                timeout,
+                self._create_future,
+                span is not None,
+            ) or await self._submit_waiting(
+                target,
+                data,
+                key_data,
+                headers,
+                ack_policy,
+                correlation_id,
+                expected_offset,
+                timeout,
+                span is not None,
+            )
+        except BaseException as exc:
+            if span is not None:
+                PublishTracer.finish(span, error=exc)
+            raise
+        future = flight[FUTURE]
+        if span is not None:
+            future.add_done_callback(PublishTracer.finisher(span))
+        return future
 
     async def _target(
         self,
@@ -1150,7 +1422,8 @@ class Publisher:
         partition: int | None,
         partitioner: PartitionerLike | None,
     ) -> tuple[str, int]:
-        """The NATS subject and number of the partition of ``stream`` a message goes to."""
+        """The NATS subject and number of the partition of ``stream`` a message goes to
+        (``key`` and ``value`` serialized: a partitioner sees bytes)."""
         if self._client is None:
             raise InvalidArgumentError(
                 "publishing to a stream needs a control-plane client: "
@@ -1171,6 +1444,23 @@ class Publisher:
                     "does not exist"
                 )
         return partition_subject(subject, partition), partition
+
+    def _stream_span(
+        self,
+        target: str,
+        cid: str,
+        headers: Mapping[str, bytes] | None,
+        stream: str,
+        partition: int,
+    ) -> tuple[Span | None, Mapping[str, bytes] | None]:
+        """The PRODUCER span of a message to a stream, and the headers carrying its
+        context (no span, the headers as they are, while nothing traces)."""
+        trace = self._trace
+        if trace is None:
+            return None, headers
+        if headers is not None:
+            check_headers(headers)  # before they are copied into the carrier
+        return trace.start(target, cid, headers, stream=stream, partition=partition)
 
     async def _route(self, stream: str, *, refresh: bool = False) -> tuple[str, int]:
         route = None if refresh else self._routes.get(stream)
@@ -1199,6 +1489,11 @@ class Publisher:
         if part is not None and part.paused and self._resume_paused:
             with contextlib.suppress(LiftbridgeError):
                 await self._client.resume_stream(stream, [partition], timeout=5)
+                _log.info(
+                    "resumed paused partition %d of stream %r after an ack timeout",
+                    partition,
+                    stream,
+                )
 
     async def _resume_later(self, stream: str, partition: int) -> None:
         """Resume a partition that NATS found nobody listening on, in the background
@@ -1227,6 +1522,12 @@ class Publisher:
             return False
         left = max(0.5, deadline - time.monotonic())
         await self._client.resume_stream(stream, [partition], timeout=left)
+        _log.info(
+            "resumed paused partition %d of stream %r: nobody received a message published "
+            "to it; sending it again",
+            partition,
+            stream,
+        )
         return True
 
     # ------------------------------------------------------------------ checks

@@ -19,9 +19,12 @@ from collections.abc import Callable
 
 from ._errors import LiftbridgeError, NotConnectedError, PublisherClosedError
 from ._inflight import ATTEMPT, CID, DATA, FINAL, FUTURE, REPLY, SUBJECT, Flight, InflightLedger
+from ._log import get_logger
 from ._transport import PublishTransport
 
 __all__ = ["Sender"]
+
+_log = get_logger("publisher")
 
 # While NATS is disconnected the sender polls for the reconnect (nats-py's reconnected
 # callback belongs to the application that created the client).
@@ -55,6 +58,8 @@ class Sender:
         self._room = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.resent = 0
+        # Loop time at which the sender found NATS disconnected (None while connected).
+        self._outage: float | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -88,6 +93,11 @@ class Sender:
     def waiting(self) -> int:
         """How many messages wait for NATS now."""
         return sum(1 for flight in self.outbox if self.is_live(flight))
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of the messages in the outbox (a plain read: safe from another thread)."""
+        return self._bytes
 
     # ------------------------------------------------------------------ sending
 
@@ -185,8 +195,11 @@ class Sender:
                     self._fail_all()
                     break
                 if not transport.connected:
+                    self._disconnected()
                     await asyncio.sleep(_RECONNECT_POLL)
                     continue
+                if self._outage is not None:
+                    self._reconnected()
                 if fast:
                     await self._write_out()
                     continue
@@ -241,6 +254,25 @@ class Sender:
                 await self._transport.wait_writable()
             else:
                 await asyncio.sleep(_RECONNECT_POLL)
+
+    def _disconnected(self) -> None:
+        if self._outage is None:
+            self._outage = self._loop.time()
+            _log.warning(
+                "NATS is disconnected: %d message(s) wait in the publisher's buffer "
+                "(at most %d bytes) for the reconnect",
+                len(self.outbox),
+                self._max_bytes,
+            )
+
+    def _reconnected(self) -> None:
+        assert self._outage is not None
+        _log.info(
+            "NATS is connected again after %.1f s: sending the %d message(s) kept meanwhile",
+            self._loop.time() - self._outage,
+            len(self.outbox),
+        )
+        self._outage = None
 
     @staticmethod
     def _sent(flight: Flight) -> None:

@@ -270,8 +270,11 @@ class PublishTracer:
 
     @staticmethod
     def finish(span: Span, ack: Ack | None = None, error: BaseException | None = None) -> None:
-        """End a PRODUCER span with the message's ack (offset, stream) or its error."""
-        if error is not None:
+        """End a PRODUCER span with the message's ack (offset, stream) or its error
+        (a cancellation is marked ``cancelled``, as :meth:`finisher` does)."""
+        if isinstance(error, asyncio.CancelledError):
+            _record_cancelled(span)
+        elif error is not None:
             _record_error(span, error)
         elif ack is not None:
             span.set_attribute(LB_OFFSET, ack.offset)
@@ -284,14 +287,18 @@ class PublishTracer:
 
         def done(future: asyncio.Future[Any]) -> None:
             if future.cancelled():
-                span.set_attribute(ERROR_TYPE, "cancelled")
-                span.set_status(_Otel.trace.Status(_Otel.trace.StatusCode.ERROR, "cancelled"))
+                _record_cancelled(span)
                 span.end()
                 return
             exc = future.exception()
             PublishTracer.finish(span, future.result() if exc is None else None, exc)
 
         return done
+
+
+def _record_cancelled(span: Span) -> None:
+    span.set_attribute(ERROR_TYPE, "cancelled")
+    span.set_status(_Otel.trace.Status(_Otel.trace.StatusCode.ERROR, "cancelled"))
 
 
 def _record_error(span: Span, error: BaseException) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from ._errors import (
     NotConnectedError,
     PublishError,
 )
+from ._log import get_logger
 
 __all__ = [
     "FAST_PATH_ENV",
@@ -41,7 +41,7 @@ __all__ = [
     "too_large_error",
 ]
 
-_log = logging.getLogger("liftbridge_nats.publisher")
+_log = get_logger("publisher")
 
 # Setting this to 0 / off / false turns the fast path off by default (for every
 # Publisher that does not say fast_path=... itself): a switch for operators, and how

@@ -8,7 +8,12 @@ that start fails the test with what to do.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from liftbridge_nats.testing import LocalCluster
 from liftbridge_nats.testing._backend import CONTAINERS, selected_backend
@@ -29,3 +34,14 @@ def _containers_backend_means_containers(
         )
 
     monkeypatch.setattr(LocalCluster, "start", refuse)
+
+
+@pytest.fixture
+def traced() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
+    """An OpenTelemetry SDK tracer provider whose finished spans land in memory, to pass
+    as ``tracing=`` or to the tracing helpers; shut down after the test."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider, exporter
+    provider.shutdown()

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import functools
 import secrets
+import sys
 import time
 from typing import Any
 
@@ -47,22 +48,98 @@ def _extra(spec: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def _struct_value(size: int) -> Any:
+    """A msgspec Struct whose JSON encoding is ``size`` bytes (at least its fields')."""
+    import msgspec
+
+    class Reading(msgspec.Struct):
+        sensor: str
+        seq: int
+        celsius: float
+        note: str
+
+    empty = len(msgspec.json.encode(Reading("sensor-7", 123456, 21.5, "")))
+    return Reading("sensor-7", 123456, 21.5, "x" * max(0, size - empty))
+
+
+def _sdk_meter_provider() -> Any:
+    """An OpenTelemetry SDK meter provider whose periodic reader collects every second
+    into an exporter that drops the data (what a deployment pays, minus its network)."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import (
+        MetricExporter,
+        MetricExportResult,
+        MetricsData,
+        PeriodicExportingMetricReader,
+    )
+
+    class Dropping(MetricExporter):
+        def export(
+            self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+        ) -> MetricExportResult:
+            return MetricExportResult.SUCCESS
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True
+
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+            return None
+
+    reader = PeriodicExportingMetricReader(Dropping(), export_interval_millis=1000)
+    return MeterProvider(metric_readers=[reader])
+
+
+def _sdk_providers() -> tuple[Any, Any]:
+    """An OpenTelemetry SDK's tracer provider, its spans through a BatchSpanProcessor
+    into an exporter that drops them, and :func:`_sdk_meter_provider`."""
+    from collections.abc import Sequence
+
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class DropSpans(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(DropSpans()))
+    return tracer_provider, _sdk_meter_provider()
+
+
 async def publish(spec: dict[str, Any]) -> dict[str, Any]:
     """``publish_async`` ``count`` messages, then ``flush`` until every ack is in.
 
     Futures are not kept: holding hundreds of thousands of them would make the
     garbage collector, not the publisher, the cost being measured. Errors are counted
     from the publisher's own stats (acked vs published).
+
+    Variants (see bench.plan.TELEMETRY_CLIENTS): ``serializer="msgspec"`` publishes one
+    msgspec Struct of the same encoded size through ``value_serializer`` (building the
+    object is the application's cost, left out); ``telemetry="sdk"`` traces every
+    message and reports the metrics to an OpenTelemetry SDK. The result says whether
+    opentelemetry was imported (the worker can block it).
     """
     from liftbridge_nats import Publisher
 
-    value = payload(spec["size"])
+    value: Any = payload(spec["size"])
     policy = AckPolicy[spec["ack"]]
     subjects = _subjects(spec["subject"], spec["partitions"])
     extra = _extra(spec)
+    options: dict[str, Any] = {}
+    if spec.get("serializer") == "msgspec":
+        from liftbridge_nats.serializers import MsgspecSerializer
+
+        value = _struct_value(spec["size"])
+        options["value_serializer"] = MsgspecSerializer()
+    providers: tuple[Any, Any] | None = None
+    if spec.get("telemetry") == "sdk":
+        providers = _sdk_providers()
+        options["tracing"], options["metrics"] = providers
     nc = await nats.connect(spec["nats_url"])
     try:
-        async with Publisher(nc, ack_timeout=spec.get("timeout", PUBLISH_ACK_TIMEOUT)) as pub:
+        async with Publisher(
+            nc, ack_timeout=spec.get("timeout", PUBLISH_ACK_TIMEOUT), **options
+        ) as pub:
 
             async def run(n: int) -> int:
                 before = pub.stats.acked
@@ -82,9 +159,14 @@ async def publish(spec: dict[str, Any]) -> dict[str, Any]:
             meter = Meter()
             meter.start()
             errors = await run(spec["count"])
-            return meter.stop(spec["count"], errors)
+            result = meter.stop(spec["count"], errors)
+            result["opentelemetry_imported"] = "opentelemetry" in sys.modules
+            return result
     finally:
         await nc.close()
+        if providers is not None:
+            for provider in providers:
+                provider.shutdown()
 
 
 async def _services(spec: dict[str, Any], run_pattern: Any) -> dict[str, Any]:
@@ -244,35 +326,13 @@ async def latency(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _read_metrics(setting: str) -> Any:
     """The Client's ``metrics`` argument for a subscribe case: ``default`` (the global
-    provider: the opentelemetry-api with no SDK, here), ``off``, or ``sdk``: a meter
-    provider whose periodic reader collects every second into an exporter that drops
-    the data (what a deployment pays, minus its network)."""
+    provider: the opentelemetry-api with no SDK, here), ``off``, or ``sdk``
+    (:func:`_sdk_meter_provider`)."""
     if setting == "off":
         return False
     if setting == "default":
         return True
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import (
-        MetricExporter,
-        MetricExportResult,
-        MetricsData,
-        PeriodicExportingMetricReader,
-    )
-
-    class Dropping(MetricExporter):
-        def export(
-            self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
-        ) -> MetricExportResult:
-            return MetricExportResult.SUCCESS
-
-        def force_flush(self, timeout_millis: float = 10_000) -> bool:
-            return True
-
-        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-            return None
-
-    reader = PeriodicExportingMetricReader(Dropping(), export_interval_millis=1000)
-    return MeterProvider(metric_readers=[reader])
+    return _sdk_meter_provider()
 
 
 async def subscribe(spec: dict[str, Any]) -> dict[str, Any]:

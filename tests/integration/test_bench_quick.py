@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,8 +65,27 @@ def test_quick_mode_produces_every_case(tmp_path: Path) -> None:
     for client in (plan.OURS, plan.BARE, plan.RAW, plan.GUFO_BULK, plan.GUFO_UNARY,
                    plan.GO_ASYNC, plan.GO_SYNC, plan.GO_SUB, plan.GUFO_SUB, plan.GRPC_SUB, plan.OURS_UVLOOP,
                    plan.GRPC_SYNC_SUB, *plan.FANOUT_CLIENTS, plan.GO_FANOUT, *plan.SERVICES,
-                   *plan.SUB_METRICS_CLIENTS):  # fmt: skip
+                   *plan.TELEMETRY_CLIENTS, *plan.SUB_METRICS_CLIENTS):  # fmt: skip
         assert client in clients
+    # "ours" publishes with opentelemetry-api imported (no SDK); its "no opentelemetry"
+    # twin really ran without it, and the report gives both ratios of the same run.
+    imported = {
+        case["client"]: case["result"].get("opentelemetry_imported")
+        for case in record["cases"]
+        if case["section"] == "publish" and case["client"] in (plan.OURS, plan.OURS_NO_OTEL)
+    }
+    assert imported == {plan.OURS: True, plan.OURS_NO_OTEL: False}
+    results_md = (out / "RESULTS.md").read_text()
+    assert re.search(
+        r"opentelemetry-api without an SDK / no opentelemetry .*: throughput \d+\.\d{3}x, "
+        r"CPU per message \d+\.\d{3}x",
+        results_md,
+    ), results_md
+    assert re.search(
+        r"msgspec Struct through value_serializer / raw bytes: throughput \d+\.\d{3}x, "
+        r"CPU per message \d+\.\d{3}x",
+        results_md,
+    ), results_md
     # The services' pattern and the key+headers messages, for ours and the Go peer alike.
     keyed = {case["client"] for case in record["cases"] if case.get("keyed")}
     assert {plan.OURS, plan.BARE, plan.GO_ASYNC, *plan.SERVICES} <= keyed

@@ -347,11 +347,16 @@ async def test_a_rebalance_is_logged(
 @pytest.mark.cluster
 @pytest.mark.slow
 async def test_a_leader_fail_over_is_logged(
-    unique_name: Callable[[str], str], caplog: pytest.LogCaptureFixture
+    unique_name: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
+    liftbridge_cluster_factory: Callable[..., Any],
 ) -> None:
     name, group = unique_name("logfo"), unique_name("g")
     caplog.set_level(logging.DEBUG, logger="liftbridge_nats")
-    async with LocalCluster(3) as cluster, Client(cluster.brokers, timeout=20) as client:
+    async with (
+        liftbridge_cluster_factory(3) as cluster,
+        Client(cluster.brokers, timeout=20) as client,
+    ):
         await client.create_stream(name, name, replication_factor=3)
         for i in range(20):
             await client.publish_to_stream(name, b"%d" % i, ack_policy=AckPolicy.ALL, timeout=20)

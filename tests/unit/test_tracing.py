@@ -11,13 +11,11 @@ import asyncio
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from typing import TypeAlias
 
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -34,16 +32,8 @@ from liftbridge_nats.tracing import extract_context, inject_context
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
+# The suite's `traced` fixture (tests/conftest.py): an SDK provider into memory.
 Traced: TypeAlias = tuple[TracerProvider, InMemorySpanExporter]
-
-
-@pytest.fixture
-def traced() -> Iterator[Traced]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider, exporter
-    provider.shutdown()
 
 
 def ack(offset: int = 41, stream: str = "orders") -> Ack:
