@@ -114,6 +114,44 @@ async def test_a_publish_under_a_span_stores_its_trace_and_the_span_has_the_ack(
     )
 
 
+async def test_publish_to_stream_async_serializes_once_and_its_span_names_the_partition(
+    liftbridge_cluster: LocalCluster,
+    nats_client: NATS,
+    unique_name: Callable[[str], str],
+    traced: Traced,
+) -> None:
+    provider, exporter = traced
+    name = unique_name("asyncstream")
+    async with Client(liftbridge_cluster.brokers) as client:
+        await client.create_stream(name, name, partitions=3)
+        async with Publisher(
+            nats_client,
+            client=client,
+            tracing=provider,
+            metrics=False,
+            value_serializer=JsonSerializer(),
+            key_serializer=StringSerializer(),
+        ) as pub:
+            future = await pub.publish_to_stream_async(
+                name, {"n": 1}, key="customer-7", partitioner=KeyPartitioner()
+            )
+            ack = await future
+            with pytest.raises(SerializationError):
+                await pub.publish_to_stream_async(name, object(), partition=0)
+            assert pub.stats.published == 1
+        assert ack is not None
+        expected = zlib.crc32(b"customer-7") % 3
+        assert ack.partition == expected
+        (stored,) = await read_all(client, name, expected)
+    assert (stored.key, stored.value) == (b"customer-7", b'{"n":1}')
+    (span,) = producer_spans(exporter)
+    assert attributes(span)["messaging.destination.name"] == name
+    assert attributes(span)["messaging.destination.partition.id"] == str(expected)
+    assert attributes(span)["messaging.liftbridge.offset"] == stored.offset
+    assert span.context is not None
+    assert stored.headers["traceparent"].split(b"-")[2] == f"{span.context.span_id:016x}".encode()
+
+
 async def test_no_responders_is_recorded_on_the_span(
     liftbridge_cluster: LocalCluster,
     nats_client: NATS,
