@@ -276,7 +276,7 @@ def _fanout_targets(cases: list[Record]) -> list[dict[str, Any]]:
 
 
 def _services_targets(pub: list[Record]) -> list[dict[str, Any]]:
-    """The services' pattern against publish_nowait and Go, and client CPU against Go's,
+    """The services' pattern against publish_async and Go, and client CPU against Go's,
     over every configuration where they ran (plain and key+headers); worst ratio shown."""
     rows: list[dict[str, Any]] = []
     configs = [k for k in _configs(pub) if _find(pub, plan.OURS_BURST, **_m(k))]
@@ -300,7 +300,7 @@ def _services_targets(pub: list[Record]) -> list[dict[str, Any]]:
 
     for client in plan.SERVICES:
         worst(
-            f"{client} (await publish) ≥ 0.8x ours publish_nowait",
+            f"{client} (await publish) ≥ 0.8x ours publish_async",
             [_ratio(_rate(pub, client, **_m(k)), _rate(pub, plan.OURS, **_m(k))) for k in configs],
             0.8,
         )
@@ -445,7 +445,7 @@ def _target(
 def _publisher_default(name: str) -> Any:
     """A keyword default of our Publisher (None when it cannot be imported)."""
     try:
-        from liftbridge_nats.publisher import Publisher
+        from liftbridge_nats import Publisher
     except ImportError:
         return None
     parameter = inspect.signature(Publisher).parameters.get(name)
@@ -870,7 +870,7 @@ def _spark_table(cases: list[Record]) -> list[str]:
         "Read: one task reads the whole partition into Spark's `noop` sink; its rate is "
         "rows over the task's run time as Spark reports it (no job scheduling). Sink: "
         '`df.write.format("liftbridge")` from a `local[2]` session, two tasks, ALL acks, '
-        "two partitions, against one Python Publisher with `publish_nowait`. Scaling: a "
+        "two partitions, against one Python Publisher with `publish_async`. Scaling: a "
         "standalone cluster (master and workers as processes, one core per worker) with "
         "one worker and with two, in alternating rounds, reading a 4-partition stream "
         "and writing it to another. CPU "
@@ -882,7 +882,7 @@ def _spark_table(cases: list[Record]) -> list[str]:
         row(spark.READ, f"{count.get(spark.READ, 0):,} rows, one task"),
         row(spark.READ_PEER, "`Client.subscribe`, the same partition"),
         row(spark.SINK, f"{count.get(spark.SINK, 0):,} rows"),
-        row(spark.SINK_PEER, "`publish_nowait`, the same rows"),
+        row(spark.SINK_PEER, "`publish_async`, the same rows"),
         row(spark.SCALE_READ_1, f"{count.get(spark.SCALE_READ_1, 0):,} rows, 4 partitions"),
         row(spark.SCALE_READ_2, "the same, two workers"),
         row(spark.SCALE_SINK_1, f"{count.get(spark.SCALE_SINK_1, 0):,} rows, 4 tasks"),
@@ -964,7 +964,7 @@ def markdown(record: Record, chart_name: str = "results.png") -> str:
         lines.append(f"| {t['target']} | {_x(t['ratio'])} | {t['goal']}x | {t['status']} |")
     lines += ["", "## Figures", ""]
     lines += [
-        "Clients: **ours** = `Publisher.publish_nowait` then `flush`, "
+        "Clients: **ours** = `Publisher.publish_async` then `flush`, "
         + _ours_settings(record["meta"])
         + "; **ours burst 20k** = 20,000 `await publish()` calls started at once and "
         "gathered, burst after burst; **ours 100 tasks / 1000 tasks** = that many tasks, each "

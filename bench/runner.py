@@ -77,7 +77,7 @@ def ours_ack_timeouts() -> dict[str, float]:
 def publisher_window() -> int:
     """Our Publisher's default ``max_inflight``, given to the Go peer's PublishAsync too."""
     try:
-        from liftbridge_nats.publisher import Publisher
+        from liftbridge_nats import Publisher
     except ImportError:
         return 0
     default = inspect.signature(Publisher).parameters.get("max_inflight")

@@ -9,7 +9,7 @@ Three comparisons, each in alternating rounds (the median round is reported):
   job's wall-clock rate is kept too.
 * **sink**: ``df.write.format("liftbridge")`` from a ``local[2]`` session (two tasks,
   each with its own Publisher, ALL acks, round-robin over two partitions) against a
-  single Python Publisher doing the same with ``publish_nowait``.
+  single Python Publisher doing the same with ``publish_async``.
 * **scaling**: a Spark standalone cluster (master and workers as processes, one core
   each), first with one worker, then with two: rows per second of a batch read of a
   4-partition stream and of a write to another.
@@ -133,14 +133,14 @@ class Meter:
 
 
 async def _create(brokers: list[str], name: str, partitions: int) -> None:
-    from liftbridge_nats.client import Client
+    from liftbridge_nats import Client
 
     async with Client(brokers) as client:
         await client.create_stream(name, name, partitions=partitions)
 
 
 async def _delete(brokers: list[str], name: str) -> None:
-    from liftbridge_nats.client import Client
+    from liftbridge_nats import Client
 
     async with Client(brokers) as client:
         await client.delete_stream(name)
@@ -150,9 +150,7 @@ async def _publish(nats_url: str, stream: str, partitions: int, rows: int, size:
     """``rows`` values round-robin over the partitions with ALL acks, one Publisher."""
     import nats
 
-    from liftbridge_nats.messages import AckPolicy
-    from liftbridge_nats.partitioning import partition_subject
-    from liftbridge_nats.publisher import Publisher
+    from liftbridge_nats import AckPolicy, Publisher, partition_subject
 
     subjects = [partition_subject(stream, p) for p in range(partitions)]
     value = payload(size)
@@ -160,7 +158,7 @@ async def _publish(nats_url: str, stream: str, partitions: int, rows: int, size:
     try:
         async with Publisher(nc, ack_timeout=60.0) as pub:
             for i in range(rows):
-                await pub.publish_nowait(subjects[i % partitions], value, ack_policy=AckPolicy.ALL)
+                await pub.publish_async(subjects[i % partitions], value, ack_policy=AckPolicy.ALL)
             await pub.flush()
             if pub.stats.acked < rows:
                 raise RuntimeError(f"{rows - pub.stats.acked} publish(es) of {rows} not acked")
@@ -169,8 +167,7 @@ async def _publish(nats_url: str, stream: str, partitions: int, rows: int, size:
 
 
 async def _subscribe(brokers: list[str], stream: str, rows: int) -> int:
-    from liftbridge_nats.client import Client
-    from liftbridge_nats.messages import StartPosition, StopPosition
+    from liftbridge_nats import Client, StartPosition, StopPosition
 
     seen = 0
     async with Client(brokers) as client:

@@ -48,11 +48,26 @@ def public_modules() -> list[str]:
     return names
 
 
+def _unclaim() -> None:
+    """Give the root's names back their implementing modules for this process.
+
+    The package shows its public classes and functions as ``liftbridge_nats.X``
+    (``__module__``, as httpx does), but their source and the names their annotations
+    use live in the private modules: pdoc reads both through ``__module__``. Listed in
+    the root's ``__all__``, they are documented on the root's page all the same.
+    """
+    for name in liftbridge_nats.__all__:
+        getattr(liftbridge_nats, name)  # the lazy ones are claimed on first access
+    for name, module in liftbridge_nats._IMPLEMENTED_IN.items():
+        getattr(liftbridge_nats, name).__module__ = module
+
+
 def main(argv: list[str] | None = None) -> int:
     """Render every public module and print where the index is; 1 on any warning."""
     parser = argparse.ArgumentParser(description="Build the API reference.")
     parser.add_argument("--output", type=Path, default=OUT, help=f"folder (default {OUT})")
     out = parser.parse_args(argv).output
+    _unclaim()
     pdoc.render.configure(
         docformat="restructuredtext",
         footer_text=f"liftbridge-nats {liftbridge_nats.__version__}",

@@ -13,8 +13,7 @@ from collections import Counter
 import nats
 from _example_cli import run_example
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.groups import Consumer, group_cursor_id
+from liftbridge_nats import Client, Consumer, group_cursor_id
 
 PARTITIONS = 4
 MESSAGES = 20

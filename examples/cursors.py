@@ -12,8 +12,7 @@ import uuid
 import nats
 from _example_cli import run_example
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.messages import StartPosition, StopPosition
+from liftbridge_nats import Client, StartPosition, StopPosition
 
 CURSOR = "report-job"
 

@@ -14,9 +14,7 @@ import uuid
 
 from _example_cli import run_example
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.groups import Consumer
-from liftbridge_nats.lag import consumer_lag
+from liftbridge_nats import Client, Consumer, consumer_lag
 
 PARTITIONS = 2
 
@@ -39,7 +37,7 @@ async def main(brokers: list[str], nats_url: str) -> None:
     async with Client(brokers) as client:
         await client.create_stream(stream, stream, partitions=PARTITIONS)
         for i in range(20):  # amounts 0..19, alternating partitions
-            await client.publish(stream, b"%d" % i, partition=i % PARTITIONS)
+            await client.publish_to_stream(stream, b"%d" % i, partition=i % PARTITIONS)
 
         totals: dict[int, int] = {}
         consumer = client.consumer(group, [stream], auto_checkpoint_interval=None)
@@ -51,7 +49,7 @@ async def main(brokers: list[str], nats_url: str) -> None:
 
         # New orders while no member runs; a new member resumes after the commits.
         for i in range(20, 23):
-            await client.publish(stream, b"%d" % i, partition=i % PARTITIONS)
+            await client.publish_to_stream(stream, b"%d" % i, partition=i % PARTITIONS)
         lags = await consumer_lag(client, group, stream)
         print("lag while stopped", [row.lag for row in lags])
         async with client.consumer(group, [stream], auto_checkpoint_interval=None) as consumer:

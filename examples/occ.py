@@ -17,10 +17,7 @@ import uuid
 import nats
 from _example_cli import run_example
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import IncorrectOffsetError
-from liftbridge_nats.messages import StartPosition, StopPosition
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import Client, IncorrectOffsetError, Publisher, StartPosition, StopPosition
 
 
 async def next_offset(client: Client, stream: str) -> int:

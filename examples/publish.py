@@ -1,4 +1,4 @@
-"""The Publisher's ways of publishing: one message, pipelined, a batch, by stream key.
+"""The Publisher's ways of publishing: one message, pipelined, a batch, by stream and key.
 
 python examples/publish.py                     # starts a throw-away local cluster
 python examples/publish.py --brokers 127.0.0.1:9292 --nats nats://127.0.0.1:4222
@@ -13,11 +13,15 @@ import zlib
 import nats
 from _example_cli import run_example
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import NoRespondersError
-from liftbridge_nats.messages import AckPolicy
-from liftbridge_nats.partitioning import KeyPartitioner
-from liftbridge_nats.publisher import Publisher, PublishRecord
+from liftbridge_nats import (
+    AckPolicy,
+    Client,
+    KeyPartitioner,
+    NoRespondersError,
+    Publisher,
+    PublishRecord,
+    RoundRobinPartitioner,
+)
 
 
 async def main(brokers: list[str], nats_url: str) -> None:
@@ -33,9 +37,9 @@ async def main(brokers: list[str], nats_url: str) -> None:
                 print(f"publish       offset={ack.offset} stream={ack.stream}")
 
                 # Pipelined: futures now, acks later (max_inflight bounds what is pending).
-                futures = [await pub.publish_nowait(stream, b"n%d" % i) for i in range(5)]
-                nowait_acks = await asyncio.gather(*futures)
-                print("publish_nowait", [a.offset for a in nowait_acks if a is not None])
+                futures = [await pub.publish_async(stream, b"n%d" % i) for i in range(5)]
+                async_acks = await asyncio.gather(*futures)
+                print("publish_async", [a.offset for a in async_acks if a is not None])
 
                 # A batch, acked by every in-sync replica; records carry keys and headers.
                 acks = await pub.publish_batch(
@@ -58,9 +62,18 @@ async def main(brokers: list[str], nats_url: str) -> None:
                     )
                     assert ack is not None
                     print(
-                        f"by key        {key.decode():6s} -> {ack.message_subject} "
-                        f"(crc32 % 3 = {zlib.crc32(key) % 3})"
+                        f"by key        {key.decode():6s} -> partition {ack.partition} on "
+                        f"{ack.message_subject} (crc32 % 3 = {zlib.crc32(key) % 3})"
                     )
+
+                # By stream, pipelined: the route is looked up once, then cached.
+                rr = RoundRobinPartitioner()
+                futures = [
+                    await pub.publish_to_stream_async(stream, b"rr%d" % i, partitioner=rr)
+                    for i in range(6)
+                ]
+                placed = [(a.partition, a.offset) for a in await asyncio.gather(*futures) if a]
+                print("by stream     (partition, offset)", placed)
 
                 # Nobody records this subject: NATS says so at once, nothing was stored.
                 try:

@@ -19,9 +19,7 @@ import uuid
 import nats
 from _example_cli import run_example
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import AckPolicy, Client, Publisher, StartPosition, StopPosition
 
 
 class ProgressBar:
@@ -61,9 +59,7 @@ async def main(brokers: list[str], nats_url: str, count: int) -> None:
                 started = time.perf_counter()
                 futures = []
                 for i in range(count):
-                    futures.append(
-                        await pub.publish_nowait(stream, value, ack_policy=AckPolicy.ALL)
-                    )
+                    futures.append(await pub.publish_async(stream, value, ack_policy=AckPolicy.ALL))
                     if i % 1024 == 0:
                         bar.update(i + 1 - pub.pending)  # acked so far
                 acks = [await f for f in futures]

@@ -15,8 +15,7 @@ import uuid
 
 from _example_cli import run_example
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.groups import Consumer, ConsumerRebalanceListener, StreamPartition
+from liftbridge_nats import Client, Consumer, ConsumerRebalanceListener, StreamPartition
 
 PARTITIONS = 4
 ORDERS = 40
@@ -54,7 +53,7 @@ async def main(brokers: list[str], nats_url: str) -> None:
     async with Client(brokers) as client:
         await client.create_stream(stream, stream, partitions=PARTITIONS)
         for i in range(ORDERS):
-            await client.publish(stream, b"order-%d" % i, partition=i % PARTITIONS)
+            await client.publish_to_stream(stream, b"order-%d" % i, partition=i % PARTITIONS)
 
         listener = FlushOnRevoke(store)
         alice = client.consumer(group, [stream], assignment_interval=0.3, listener=listener)

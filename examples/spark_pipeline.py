@@ -43,10 +43,7 @@ from typing import TYPE_CHECKING, Literal, TypedDict
 
 import nats
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.messages import AckPolicy
-from liftbridge_nats.partitioning import KeyPartitioner
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import AckPolicy, Client, KeyPartitioner, Publisher
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -15,8 +15,7 @@ from datetime import timedelta
 import nats
 from _example_cli import run_example
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.messages import StartPosition, StopPosition
+from liftbridge_nats import Client, StartPosition, StopPosition
 
 
 async def main(brokers: list[str], nats_url: str) -> None:

@@ -5,16 +5,32 @@ NATS subjects in the Liftbridge envelope and matches the acks it reads on its ow
 and rests on a sans-IO codec (``envelope``, ``wire``) that knows no sockets; the control
 plane and the read path (``Client``) go over Liftbridge's gRPC API. Protobuf stays
 inside; the public surface is frozen dataclasses, enums and one error family rooted at
-``LiftbridgeError``. The Spark data source (``liftbridge_nats.spark``) and the test
-harness (``liftbridge_nats.testing``) are optional layers over this surface.
+``LiftbridgeError``, every name of it importable from here. The modules that implement
+it are private (``_publisher``, ``_client``, ``_errors``...); the public modules are
+this one, the codec (``envelope``, ``wire``), ``serializers``, ``tracing``, and the
+optional layers: the Spark data source (``liftbridge_nats.spark``), the test harness
+(``liftbridge_nats.testing``) and the command line (``liftbridge_nats.cli``).
+
+Publishing follows one naming rule on both faces: ``publish`` takes a NATS subject,
+``publish_to_stream`` a stream (with ``partition`` or ``partitioner``), and the
+``_async`` variants return the ack's future instead of the ack.
+
+Every error carries three flags, read instead of the class tree: ``maybe_stored`` (the
+call may have taken effect), ``retriable`` (the same call can succeed later) and
+``invalid_metadata`` (refresh cached metadata first); it is a :class:`LocalError` (the
+SDK raised it) or a :class:`RemoteError` (a server sent it). :func:`for_grpc_status` and
+:func:`for_ack_error` give the class for a server's code.
 """
 
 import importlib
-from typing import TYPE_CHECKING, Any
+import inspect
+from types import FunctionType
+from typing import TYPE_CHECKING, Any, get_type_hints
 
-from .acks import AckStats
-from .envelope import Envelope, MsgType
-from .errors import (
+from ._acks import AckStats
+from ._errors import (
+    ACK_ERRORS,
+    GRPC_STATUS_ERRORS,
     AckLostError,
     AckTimeoutError,
     BadRequestError,
@@ -53,49 +69,99 @@ from .errors import (
     ServerError,
     ServerStartError,
     StreamExistsError,
+    for_ack_error,
+    for_grpc_status,
 )
-from .messages import Ack, AckError, AckPolicy, Message, StartPosition, StopPosition
-from .metadata import BrokerInfo, EventTimestamps, GroupInfo, Metadata, PartitionInfo, StreamInfo
-from .partitioning import (
+from ._messages import Ack, AckError, AckPolicy, Message, StartPosition, StopPosition
+from ._metadata import BrokerInfo, EventTimestamps, GroupInfo, Metadata, PartitionInfo, StreamInfo
+from ._names import DEFAULT_MAX_PARTITIONS
+from ._partitioning import (
     KeyPartitioner,
     Partitioner,
+    PartitionerLike,
+    PartitionFunction,
     RandomPartitioner,
     RoundRobinPartitioner,
     partition_subject,
 )
-from .publisher import Publisher, PublisherStats, PublishRecord
+from ._publisher import Publisher, PublisherStats, PublishRecord
+from ._transport import FastPath
+from .envelope import Envelope, MsgType
 
 # The gRPC side (the Client and what hangs off it) is imported on first use: a process
 # that only publishes never loads grpc, which saves about 12 MiB and its import time.
 _GRPC_SIDE = {
     "TLSConfig": "._grpc",
-    "ActivityEvent": ".activity",
-    "ActivityOp": ".activity",
-    "REPLICATION_MAX": ".client",
-    "Client": ".client",
-    "Consumer": ".groups",
-    "ConsumerRebalanceListener": ".groups",
-    "StreamPartition": ".groups",
-    "PartitionLag": ".lag",
-    "Subscription": ".subscription",
+    "ActivityEvent": "._activity",
+    "ActivityOp": "._activity",
+    "ActivityStream": "._activity",
+    "REPLICATION_MAX": "._client",
+    "Client": "._client",
+    "group_cursor_id": "._cursors",
+    "Consumer": "._groups",
+    "ConsumerRebalanceListener": "._groups",
+    "StreamPartition": "._groups",
+    "PartitionLag": "._lag",
+    "consumer_lag": "._lag",
+    "group_lag": "._lag",
+    "partition_lag": "._lag",
+    "Subscription": "._subscription",
+    "TimeSpec": "._subscription",
 }
 
 if TYPE_CHECKING:
+    from ._activity import ActivityEvent, ActivityOp, ActivityStream
+    from ._client import REPLICATION_MAX, Client
+    from ._cursors import group_cursor_id
+    from ._groups import Consumer, ConsumerRebalanceListener, StreamPartition
     from ._grpc import TLSConfig
-    from .activity import ActivityEvent, ActivityOp
-    from .client import REPLICATION_MAX, Client
-    from .groups import Consumer, ConsumerRebalanceListener, StreamPartition
-    from .lag import PartitionLag
-    from .subscription import Subscription
+    from ._lag import PartitionLag, consumer_lag, group_lag, partition_lag
+    from ._subscription import Subscription, TimeSpec
 
 
-def __getattr__(name: str) -> Any:
-    module = _GRPC_SIDE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+# Where each claimed class or function is implemented (the API reference reads its
+# source there).
+_IMPLEMENTED_IN: dict[str, str] = {}
+
+
+def _claim(name: str, value: object) -> None:
+    """Show a class or function of a private module as ``liftbridge_nats.X`` (in reprs,
+    tracebacks and pickles), as httpx does."""
+    if isinstance(value, type | FunctionType) and value.__module__.startswith(__name__ + "._"):
+        _IMPLEMENTED_IN[name] = value.__module__
+        if isinstance(value, type):
+            _resolve_annotations(value)
+        value.__module__ = __name__
+
+
+def _resolve_annotations(cls: type) -> None:
+    """Evaluate a class's own string annotations where it is implemented.
+
+    ``typing.get_type_hints`` looks a class's annotations up in the module its
+    ``__module__`` names; once that is this package, names the implementing module
+    imported for them (``ClassVar``, ``Mapping``...) would be missing. Functions keep
+    their own globals and need nothing.
+    """
+    own = inspect.get_annotations(cls)
+    if not own:
+        return
+    try:
+        hints = get_type_hints(cls, include_extras=True)
+    except NameError:  # a name imported for type checkers only: left as it was
+        return
+    cls.__annotations__ = {key: hints[key] for key in own}
+
+
+if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all
+
+    def __getattr__(name: str) -> Any:
+        module = _GRPC_SIDE.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, __name__), name)
+        _claim(name, value)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:
@@ -105,6 +171,9 @@ def __dir__() -> list[str]:
 __version__ = "0.1.0"
 
 __all__ = [
+    "ACK_ERRORS",
+    "DEFAULT_MAX_PARTITIONS",
+    "GRPC_STATUS_ERRORS",
     "REPLICATION_MAX",
     "Ack",
     "AckError",
@@ -114,6 +183,7 @@ __all__ = [
     "AckTimeoutError",
     "ActivityEvent",
     "ActivityOp",
+    "ActivityStream",
     "BadRequestError",
     "BrokerInfo",
     "BrokerUnavailableError",
@@ -128,6 +198,7 @@ __all__ = [
     "Envelope",
     "EnvelopeError",
     "EventTimestamps",
+    "FastPath",
     "GroupInfo",
     "IncorrectOffsetError",
     "InvalidArgumentError",
@@ -148,10 +219,12 @@ __all__ = [
     "NotAssignedError",
     "NotConnectedError",
     "NotLeaderError",
+    "PartitionFunction",
     "PartitionInfo",
     "PartitionLag",
     "PartitionPausedError",
     "Partitioner",
+    "PartitionerLike",
     "PublishError",
     "PublishRecord",
     "PublishRejectedError",
@@ -175,6 +248,19 @@ __all__ = [
     "StreamPartition",
     "Subscription",
     "TLSConfig",
+    "TimeSpec",
     "__version__",
+    "consumer_lag",
+    "for_ack_error",
+    "for_grpc_status",
+    "group_cursor_id",
+    "group_lag",
+    "partition_lag",
     "partition_subject",
 ]
+
+# The lazy names are claimed on first use.
+for _name in __all__:
+    if _name not in _GRPC_SIDE and _name != "__version__":
+        _claim(_name, globals()[_name])
+del _name

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
+from ._errors import InvalidArgumentError
+from ._messages import AckPolicy
 from ._names import check_group, check_new_stream, check_stream_name
 from ._proto import api_pb2
-from .errors import InvalidArgumentError
-from .messages import AckPolicy
 
 __all__ = [
     "Duration",

@@ -11,9 +11,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ._errors import InvalidArgumentError
+from ._messages import AckPolicy
 from ._names import subject_problem
-from .errors import InvalidArgumentError
-from .messages import AckPolicy
 
 __all__ = [
     "check_correlation_id",

@@ -17,7 +17,7 @@ delivering from it at once (its read-ahead is dropped) and the consumer commits 
 it delivered; the member gaining it waits ``handover_wait`` after subscribing, reads
 the committed position again, and starts over from there if it moved. A group that
 changes members while its members commit on hand-over thus delivers each message
-once (see :mod:`.groups` for what can still repeat).
+once (see :mod:`._groups` for what can still repeat).
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from . import cursors
+from . import _cursors as cursors
+from ._errors import DeserializationError, LiftbridgeError, NoStoredPositionError
 from ._log import get_logger
+from ._messages import Message, StartPosition
 from ._proto import api_pb2
-from .errors import DeserializationError, LiftbridgeError, NoStoredPositionError
-from .messages import Message, StartPosition
-from .subscription import Subscription, subscription_options
+from ._subscription import Subscription, subscription_options
 
 if TYPE_CHECKING:
     from ._metrics import Metrics

@@ -1,6 +1,6 @@
 """gRPC plumbing shared by the client: TLS, one channel per broker, errors, backoff.
 
-Nothing here knows about streams or partitions; :mod:`liftbridge_nats.client` decides
+Nothing here knows about streams or partitions; :mod:`liftbridge_nats._client` decides
 where a call goes, this module makes the call possible and turns its failures into the
 SDK's error family.
 """
@@ -20,10 +20,7 @@ from typing import TYPE_CHECKING
 import grpc
 import grpc.aio
 
-from ._proto import api_pb2_grpc
-from ._read_pool import ReadPool
-from ._stream_reader import MAX_BYTES, MAX_MESSAGES
-from .errors import (
+from ._errors import (
     BrokerUnavailableError,
     InvalidArgumentError,
     NoLeaderError,
@@ -37,6 +34,9 @@ from .errors import (
     StreamExistsError,
     for_grpc_status,
 )
+from ._proto import api_pb2_grpc
+from ._read_pool import ReadPool
+from ._stream_reader import MAX_BYTES, MAX_MESSAGES
 
 if TYPE_CHECKING:
     from ._proto.api_pb2_grpc import APIAsyncStub
@@ -240,7 +240,7 @@ class Backoff:
 def rpc_error(exc: grpc.RpcError, what: str) -> RpcError:
     """Translate a gRPC failure of ``what`` (e.g. "create stream 'orders'") into our errors.
 
-    The status picks the class (:func:`~liftbridge_nats.errors.for_grpc_status`); the
+    The status picks the class (:func:`~liftbridge_nats.for_grpc_status`); the
     server's words refine it where one status covers several cases.
     """
     code = exc.code()

@@ -27,9 +27,9 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Generator, Mapping, Sized
 from typing import Any, Final
 
+from ._errors import PublisherClosedError
+from ._messages import Ack
 from ._tracing import error_type
-from .errors import PublisherClosedError
-from .messages import Ack
 
 __all__ = [
     "ATTEMPT",

@@ -6,7 +6,7 @@ it must carry the group's current epoch, so a rebalance shows up as an epoch err
 after which the member reads the new epoch and coordinator from the metadata. A
 member that cannot reach the coordinator for the coordinator timeout reports it, and
 the cluster picks a new one once most members did. This module makes those calls and
-keeps that state; what to read is the consumer's business (:mod:`.groups`).
+keeps that state; what to read is the consumer's business (:mod:`._groups`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ._errors import LiftbridgeError, RpcError
 from ._log import get_logger
 from ._proto import api_pb2
-from .errors import LiftbridgeError, RpcError
 
 if TYPE_CHECKING:
     from ._router import Router, Stub

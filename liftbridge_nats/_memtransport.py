@@ -21,11 +21,11 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ._errors import NotConnectedError
+from ._messages import AckPolicy
 from ._proto import api_pb2
 from ._transport import FastPath, InboxSubscription, OnData, OnStatus, PublishTransport
 from .envelope import MsgType, encode
-from .errors import NotConnectedError
-from .messages import AckPolicy
 from .wire import PublishedMessage, decode_publish
 
 __all__ = ["MemoryTransport", "Sent", "auto_ack"]

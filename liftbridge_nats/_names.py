@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from .errors import InvalidArgumentError
+from ._errors import InvalidArgumentError
 
 __all__ = [
     "DEFAULT_MAX_PARTITIONS",

@@ -14,10 +14,7 @@ from typing import TYPE_CHECKING
 import grpc
 import grpc.aio
 
-from ._grpc import rpc_error
-from ._proto import api_pb2
-from .errors import (
-    ACK_ERRORS,
+from ._errors import (
     AckLostError,
     AckTimeoutError,
     BadRequestError,
@@ -32,8 +29,11 @@ from .errors import (
     RpcError,
     RpcTimeoutError,
     ServerError,
+    for_ack_error,
 )
-from .messages import Ack, AckError
+from ._grpc import rpc_error
+from ._messages import Ack, AckError
+from ._proto import api_pb2
 from .wire import ack_from_proto
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ def _ack_error_in(text: str) -> AckError | None:
 
 
 def _rejected(error: AckError, detail: str, cid: str | None) -> PublishRejectedError:
-    cls = ACK_ERRORS.get(error, PublishRejectedError)
+    cls = for_ack_error(error)
     what = {
         IncorrectOffsetError: "the expected offset is stale (optimistic concurrency control); "
         "fetch the partition's newest offset and publish with expected_offset set to it + 1",
@@ -130,24 +130,43 @@ class AsyncPublisher:
         self._pending: dict[str, asyncio.Future[Ack | None]] = {}
         self._lock = asyncio.Lock()
 
-    async def send(self, req: api_pb2.PublishRequest) -> asyncio.Future[Ack | None]:
-        """Write one request; the future resolves with its ack."""
-        fut: asyncio.Future[Ack | None] = asyncio.get_running_loop().create_future()
+    async def send(self, req: api_pb2.PublishRequest, timeout: float) -> asyncio.Future[Ack | None]:
+        """Write one request; the future resolves with its ack, or fails with
+        :class:`AckTimeoutError` when none came within ``timeout`` seconds of the write."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Ack | None] = loop.create_future()
+        cid = req.correlationId
         async with self._lock:
             call = self._ensure_call()
             if req.ackPolicy != api_pb2.NONE:
-                self._pending[req.correlationId] = fut
+                self._pending[cid] = fut
             try:
                 await call.write(req)
             except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
-                self._pending.pop(req.correlationId, None)
+                self._pending.pop(cid, None)
                 self._call = None
                 raise NotConnectedError(
                     f"PublishAsync stream broke: {exc}; retry the publish"
                 ) from None
         if req.ackPolicy == api_pb2.NONE:
             fut.set_result(None)
+        elif not fut.done():
+            timer = loop.call_later(timeout, self._expire, cid, fut, timeout)
+            fut.add_done_callback(lambda _: timer.cancel())
         return fut
+
+    def _expire(self, cid: str, fut: asyncio.Future[Ack | None], timeout: float) -> None:
+        if self._pending.get(cid) is fut:
+            del self._pending[cid]
+        if not fut.done():
+            fut.set_exception(
+                AckTimeoutError(
+                    f"no ack within {timeout}s of writing the message to the PublishAsync "
+                    "stream; it may or may not have been stored. Raise the timeout, or "
+                    "publish it again (with expected_offset to be safe).",
+                    correlation_id=cid,
+                )
+            )
 
     def _ensure_call(
         self,

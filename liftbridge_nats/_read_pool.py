@@ -19,6 +19,7 @@ import contextlib
 import ssl
 from typing import TYPE_CHECKING
 
+from ._errors import ClientClosedError
 from ._h2 import UNAVAILABLE, H2Connection, H2ProtocolError, Status
 from ._log import RateLimitedLog, get_logger, redact
 from ._stream_reader import (
@@ -30,7 +31,6 @@ from ._stream_reader import (
     StreamReader,
     status_error,
 )
-from .errors import ClientClosedError
 
 if TYPE_CHECKING:
     from ._grpc import TLSConfig

@@ -5,7 +5,7 @@ any broker (metadata, stream admin: the server forwards them to the Raft leader)
 a partition's leader (subscribe, partition metadata, cursors), and a named broker
 (the consumer-group coordinator).
 
-Retries read the error's flags (:mod:`liftbridge_nats.errors`), with backoff inside
+Retries read the error's flags (:mod:`liftbridge_nats._errors`), with backoff inside
 the call's deadline: a ``retriable`` error is retried until the deadline. A
 leader-routed call refreshes the metadata before retrying when the error says it is
 stale (``invalid_metadata``), and retries a few times on such an error even when it is
@@ -32,18 +32,18 @@ from typing import TYPE_CHECKING, TypeVar
 import grpc.aio
 
 from ._args import checked_seconds
-from ._grpc import Backoff, ChannelPool, TLSConfig, rpc_error
-from ._log import get_logger, redact
-from ._proto import api_pb2
-from ._stream_reader import MAX_BYTES, MAX_MESSAGES
-from .errors import (
+from ._errors import (
     ClientClosedError,
     LiftbridgeError,
     NoLeaderError,
     NoSuchStreamError,
     RpcTimeoutError,
 )
-from .metadata import Metadata, MetadataCache
+from ._grpc import Backoff, ChannelPool, TLSConfig, rpc_error
+from ._log import get_logger, redact
+from ._metadata import Metadata, MetadataCache
+from ._proto import api_pb2
+from ._stream_reader import MAX_BYTES, MAX_MESSAGES
 
 __all__ = ["Router", "Stub"]
 

@@ -17,10 +17,10 @@ import contextlib
 from collections import deque
 from collections.abc import Callable
 
+from ._errors import LiftbridgeError, NotConnectedError, PublisherClosedError
 from ._inflight import ATTEMPT, CID, DATA, FINAL, FUTURE, REPLY, SUBJECT, Flight, InflightLedger
 from ._log import get_logger
 from ._transport import PublishTransport
-from .errors import LiftbridgeError, NotConnectedError, PublisherClosedError
 
 __all__ = ["Sender"]
 

@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import grpc
 
+from ._errors import RpcError
+from ._messages import Message
 from ._proto import api_pb2
-from .errors import RpcError
-from .messages import Message
 from .serializers import Deserializer, decoded_fields
 from .wire import message_from_proto
 
@@ -139,7 +139,7 @@ class Delivery:
     ``cell``: the read metrics' counters of the partition (messages, bytes);
     None counts nothing. ``value_deserializer`` / ``key_deserializer``: applied to
     the stored bytes (a key of None stays None); a failure raises
-    :class:`~liftbridge_nats.errors.DeserializationError` from :meth:`StreamReader.get`
+    :class:`~liftbridge_nats.DeserializationError` from :meth:`StreamReader.get`
     with the message already taken, so the reader goes on with the next one.
     """
 
@@ -177,7 +177,7 @@ class StreamReader:
     """The buffer of one Subscribe call; the event loop takes items with :meth:`get`.
 
     ``skip_through`` drops messages at or below that offset (a resubscription after a
-    fail-over may replay some; see :mod:`.subscription`). Everything runs on the
+    fail-over may replay some; see :mod:`._subscription`). Everything runs on the
     event loop; :meth:`cancel` ends the call at once.
     """
 

@@ -28,14 +28,14 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from .errors import InvalidArgumentError
-from .messages import Message
+from ._errors import InvalidArgumentError
+from ._messages import Message
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
-    from .messages import Ack
+    from ._messages import Ack
 
 __all__ = [
     "SCOPE",

@@ -23,14 +23,14 @@ from typing import Any
 from nats import errors as nats_errors
 
 from . import _natscompat
-from ._log import get_logger
-from .errors import (
+from ._errors import (
     InvalidArgumentError,
     LiftbridgeError,
-    MessageTooLargeError,
+    MaxPayloadExceededError,
     NotConnectedError,
     PublishError,
 )
+from ._log import get_logger
 
 __all__ = [
     "FAST_PATH_ENV",
@@ -74,10 +74,10 @@ def fast_path_default() -> bool:
     return value not in ("0", "off", "false", "no")
 
 
-def too_large_error(subject: str, cid: str, size: int, max_payload: int) -> MessageTooLargeError:
+def too_large_error(subject: str, cid: str, size: int, max_payload: int) -> MaxPayloadExceededError:
     """The error for a message larger than the NATS connection accepts (nothing sent)."""
     what = f"is {size} bytes with its envelope, more" if size >= 0 else "is larger"
-    return MessageTooLargeError(
+    return MaxPayloadExceededError(
         f"the message for {subject!r} {what} than the NATS connection's max_payload "
         f"({max_payload} bytes); nothing was sent. Send a smaller message or raise "
         "max_payload on the NATS server (and clustering.replication.max.bytes on Liftbridge).",

@@ -21,7 +21,7 @@ from enum import IntEnum
 
 import crc32c as _crc32c
 
-from .errors import EnvelopeError
+from ._errors import EnvelopeError
 
 __all__ = [
     "CRC_HEADER_LEN",

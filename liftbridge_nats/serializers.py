@@ -16,9 +16,9 @@ Built in: :class:`JsonSerializer` / :class:`JsonDeserializer` (standard library)
 (protobuf message classes).
 
 Errors are typed: a value the serializer cannot handle raises
-:class:`~liftbridge_nats.errors.SerializationError` before anything is sent, and
+:class:`~liftbridge_nats.SerializationError` before anything is sent, and
 bytes the deserializer cannot decode raise
-:class:`~liftbridge_nats.errors.DeserializationError` naming the stream, partition and
+:class:`~liftbridge_nats.DeserializationError` naming the stream, partition and
 offset, with the undecoded message attached; the reader stays usable. A key of None is
 never passed to a key (de)serializer: it stays "no key".
 """
@@ -29,8 +29,8 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
-from .errors import DeserializationError, InvalidArgumentError, SerializationError
-from .messages import Message
+from ._errors import DeserializationError, InvalidArgumentError, SerializationError
+from ._messages import Message
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message as ProtoMessage

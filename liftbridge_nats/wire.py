@@ -15,10 +15,10 @@ from typing import Any, SupportsIndex
 
 from google.protobuf.message import DecodeError
 
+from ._errors import EnvelopeError
+from ._messages import Ack, AckError, AckPolicy, Message
 from ._proto import api_pb2
 from .envelope import MsgType, decode, header
-from .errors import EnvelopeError
-from .messages import Ack, AckError, AckPolicy, Message
 
 __all__ = [
     "NO_OFFSET_CHECK",
@@ -32,6 +32,7 @@ __all__ = [
     "encode_publish",
     "header_fields",
     "message_from_proto",
+    "partition_of",
     "varint",
 ]
 
@@ -260,6 +261,7 @@ _ERROR_COUNT = len(_ERRORS)
 _new_ack = object.__new__
 (
     _set_stream,
+    _set_partition,
     _set_partition_subject,
     _set_message_subject,
     _set_offset,
@@ -272,6 +274,7 @@ _new_ack = object.__new__
 ) = (getattr(Ack, name).__set__ for name in Ack.__slots__)
 assert Ack.__slots__ == (
     "stream",
+    "partition",
     "partition_subject",
     "message_subject",
     "offset",
@@ -304,12 +307,38 @@ def ack_from_proto(
     return ack
 
 
+def partition_of(stream_subject: str, message_subject: str) -> int:
+    """The partition number of a stream recording ``stream_subject`` that a message
+    published on ``message_subject`` went to.
+
+    Partition 0 listens on the stream's subject, partition N on ``<subject>.N``; with
+    a ``*`` wildcard the subjects have as many tokens (partition 0), or one more whose
+    last token is N. A stream whose subject ends in ``>`` has one partition.
+    """
+    if message_subject == stream_subject:
+        return 0
+    head, dot, tail = message_subject.rpartition(".")
+    if (
+        dot
+        and tail.isdigit()
+        and tail.isascii()
+        and head.count(".") == stream_subject.count(".")
+        and not stream_subject.endswith(">")
+    ):
+        return int(tail)
+    return 0
+
+
 def _fill(ack: Ack, pb: api_pb2.Ack, correlation_id: str, ack_inbox: str) -> None:
     policy = pb.ackPolicy
     error = pb.ackError
+    # v1.9.0 sends the stream's subject as partitionSubject, for every partition.
+    stream_subject = pb.partitionSubject
+    message_subject = pb.msgSubject
     _set_stream(ack, pb.stream)
-    _set_partition_subject(ack, pb.partitionSubject)
-    _set_message_subject(ack, pb.msgSubject)
+    _set_partition(ack, partition_of(stream_subject, message_subject))
+    _set_partition_subject(ack, stream_subject)
+    _set_message_subject(ack, message_subject)
     _set_offset(ack, pb.offset)
     _set_ack_inbox(ack, ack_inbox)
     _set_correlation_id(ack, correlation_id)

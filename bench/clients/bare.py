@@ -16,8 +16,8 @@ from typing import Any
 import nats
 
 from bench.measure import HEADER_NAME, HEADER_VALUE, KEY, Meter, Schedule, payload, percentiles
+from liftbridge_nats import AckPolicy
 from liftbridge_nats._proto import api_pb2
-from liftbridge_nats.messages import AckPolicy
 from liftbridge_nats.wire import encode_publish
 
 

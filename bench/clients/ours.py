@@ -1,7 +1,7 @@
 """liftbridge-nats itself: the NATS-native Publisher and the gRPC Client's subscribe.
 
 Used the way the README tells applications to use it, defaults for every knob but
-``ack_timeout`` (see below): ``publish_nowait`` for throughput (futures resolved by the
+``ack_timeout`` (see below): ``publish_async`` for throughput (futures resolved by the
 ack listener), and the services' pattern, ``await publish()`` from many tasks
 (``burst``, ``tasks``).
 """
@@ -19,7 +19,7 @@ from typing import Any
 import nats
 
 from bench.measure import HEADER_NAME, HEADER_VALUE, KEY, Meter, Schedule, payload, percentiles
-from liftbridge_nats.messages import AckError, AckPolicy, StartPosition, StopPosition
+from liftbridge_nats import AckError, AckPolicy, StartPosition, StopPosition
 
 # The one knob set away from the Publisher's defaults (5 s): a round slowed down by the
 # machine should show as a low rate, not as messages failed by their ack deadline.
@@ -29,7 +29,7 @@ LATENCY_ACK_TIMEOUT = 60.0
 
 
 def _subjects(subject: str, partitions: int) -> list[str]:
-    from liftbridge_nats.partitioning import partition_subject
+    from liftbridge_nats import partition_subject
 
     return [partition_subject(subject, i) for i in range(partitions)]
 
@@ -107,7 +107,7 @@ def _sdk_providers() -> tuple[Any, Any]:
 
 
 async def publish(spec: dict[str, Any]) -> dict[str, Any]:
-    """``publish_nowait`` ``count`` messages, then ``flush`` until every ack is in.
+    """``publish_async`` ``count`` messages, then ``flush`` until every ack is in.
 
     Futures are not kept: holding hundreds of thousands of them would make the
     garbage collector, not the publisher, the cost being measured. Errors are counted
@@ -119,7 +119,7 @@ async def publish(spec: dict[str, Any]) -> dict[str, Any]:
     message and reports the metrics to an OpenTelemetry SDK. The result says whether
     opentelemetry was imported (the worker can block it).
     """
-    from liftbridge_nats.publisher import Publisher
+    from liftbridge_nats import Publisher
 
     value: Any = payload(spec["size"])
     policy = AckPolicy[spec["ack"]]
@@ -143,15 +143,15 @@ async def publish(spec: dict[str, Any]) -> dict[str, Any]:
 
             async def run(n: int) -> int:
                 before = pub.stats.acked
-                nowait = pub.publish_nowait
+                publish_async = pub.publish_async
                 parts = len(subjects)
                 if parts == 1:
                     subject = subjects[0]
                     for _ in range(n):
-                        await nowait(subject, value, ack_policy=policy, **extra)
+                        await publish_async(subject, value, ack_policy=policy, **extra)
                 else:
                     for i in range(n):
-                        await nowait(subjects[i % parts], value, ack_policy=policy, **extra)
+                        await publish_async(subjects[i % parts], value, ack_policy=policy, **extra)
                 await pub.flush()
                 return n - (pub.stats.acked - before)
 
@@ -171,7 +171,7 @@ async def publish(spec: dict[str, Any]) -> dict[str, Any]:
 
 async def _services(spec: dict[str, Any], run_pattern: Any) -> dict[str, Any]:
     """Shared set-up of the services' pattern: a Publisher, a warm-up, the timed run."""
-    from liftbridge_nats.publisher import Publisher
+    from liftbridge_nats import Publisher
 
     nc = await nats.connect(spec["nats_url"])
     try:
@@ -239,7 +239,7 @@ async def tasks(spec: dict[str, Any]) -> dict[str, Any]:
 
 async def memory(spec: dict[str, Any]) -> dict[str, Any]:
     """Publish ``count`` messages without keeping their futures: peak memory and CPU."""
-    from liftbridge_nats.publisher import Publisher
+    from liftbridge_nats import Publisher
 
     value = payload(spec["size"])
     policy = AckPolicy[spec["ack"]]
@@ -254,9 +254,11 @@ async def memory(spec: dict[str, Any]) -> dict[str, Any]:
                     state["errors"] += 1
 
             async def run(n: int) -> None:
-                nowait = pub.publish_nowait
+                publish_async = pub.publish_async
                 for _ in range(n):
-                    (await nowait(subject, value, ack_policy=policy)).add_done_callback(check)
+                    (await publish_async(subject, value, ack_policy=policy)).add_done_callback(
+                        check
+                    )
                 await pub.flush()
 
             await run(spec["warmup"])
@@ -270,7 +272,7 @@ async def memory(spec: dict[str, Any]) -> dict[str, Any]:
 
 async def latency(spec: dict[str, Any]) -> dict[str, Any]:
     """Scheduled sends at ``rate`` msg/s; latency from each message's due time to its ack."""
-    from liftbridge_nats.publisher import Publisher
+    from liftbridge_nats import Publisher
 
     value = payload(spec["size"])
     policy = AckPolicy[spec["ack"]]
@@ -291,11 +293,11 @@ async def latency(spec: dict[str, Any]) -> dict[str, Any]:
 
             sched = Schedule(rate, total, clock() + 0.05)
             sent = 0
-            nowait = pub.publish_nowait
+            publish_async = pub.publish_async
             while sent < total:
                 due = sched.due_count(clock())
                 while sent < due:
-                    fut = await nowait(subject, value, ack_policy=policy)
+                    fut = await publish_async(subject, value, ack_policy=policy)
                     fut.add_done_callback(functools.partial(on_done, sent))
                     sent += 1
                 if sent < total:
@@ -336,7 +338,7 @@ def _read_metrics(setting: str) -> Any:
 async def subscribe(spec: dict[str, Any]) -> dict[str, Any]:
     """Read ``count`` messages from offset 0 of one partition with ``Client.subscribe``
     (read metrics as ``spec["metrics"]`` says: see :func:`_read_metrics`)."""
-    from liftbridge_nats.client import Client
+    from liftbridge_nats import Client
 
     count = spec["count"]
     async with Client(
@@ -371,7 +373,7 @@ def _os_threads() -> int:
 async def fanout(spec: dict[str, Any]) -> dict[str, Any]:
     """Read ``count`` messages from each of ``partitions`` partitions: with one task per
     partition (``Client.subscribe``) or one consumer-group member (``mode``)."""
-    from liftbridge_nats.client import Client
+    from liftbridge_nats import Client
 
     partitions, count, mode = spec["partitions"], spec["count"], spec["mode"]
     total = partitions * count

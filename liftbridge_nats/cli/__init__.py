@@ -14,7 +14,7 @@ import asyncio
 import os
 import sys
 
-from liftbridge_nats.errors import LiftbridgeError
+from liftbridge_nats import LiftbridgeError
 
 from . import _activity, _bench, _cursors, _publish, _servers, _streams, _subscribe
 from ._common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, CliError, Handler

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from liftbridge_nats.messages import StartPosition, StopPosition, ns_to_datetime
+from liftbridge_nats import StartPosition, StopPosition
+from liftbridge_nats._messages import ns_to_datetime
 
 from ._common import EXIT_OK, add_connection_options, non_negative_int, open_client
 from ._output import Console

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from liftbridge_nats.messages import AckPolicy
+from liftbridge_nats import AckPolicy
 
 from ._common import (
     EXIT_ERROR,

@@ -20,12 +20,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from liftbridge_nats.errors import InvalidArgumentError, NotConnectedError
+from liftbridge_nats import InvalidArgumentError, NotConnectedError
 
 from ._output import Console
 
 if TYPE_CHECKING:
-    from liftbridge_nats.client import Client
+    from liftbridge_nats import Client
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 DEFAULT_BROKERS = "127.0.0.1:9292"
@@ -173,9 +173,9 @@ def resolve_endpoints(args: argparse.Namespace) -> Endpoints:
 
 @contextlib.asynccontextmanager
 async def open_client(args: argparse.Namespace, **options: Any) -> AsyncIterator[Client]:
-    """A connected gRPC :class:`~liftbridge_nats.client.Client` for this command
+    """A connected gRPC :class:`~liftbridge_nats.Client` for this command
     (``options``: more keyword arguments of the Client)."""
-    from liftbridge_nats.client import Client
+    from liftbridge_nats import Client
 
     endpoints = resolve_endpoints(args)
     async with Client(list(endpoints.brokers), timeout=args.timeout, **options) as client:

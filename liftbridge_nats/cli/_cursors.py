@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from liftbridge_nats.errors import NoSuchStreamError
-from liftbridge_nats.groups import group_cursor_id
-from liftbridge_nats.lag import consumer_lag
+from liftbridge_nats import NoSuchStreamError, consumer_lag, group_cursor_id
 
 from ._common import (
     EXIT_ERROR,

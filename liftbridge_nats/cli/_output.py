@@ -16,7 +16,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
-from liftbridge_nats.messages import Message, ns_to_datetime
+from liftbridge_nats import Message
+from liftbridge_nats._messages import ns_to_datetime
 
 from ._hints import cli_hints
 

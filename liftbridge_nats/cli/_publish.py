@@ -2,7 +2,7 @@
 
 A value comes from the argument, a file or stdin (whole, or one message per line with
 ``--lines``). ``--count``/``--size`` turn it into a load run: messages are pipelined
-(``publish_nowait``), a progress bar runs on a terminal, and a closing line reports
+(``publish_async``), a progress bar runs on a terminal, and a closing line reports
 throughput and ack latency (timed from each call to its ack).
 """
 
@@ -19,8 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from liftbridge_nats.errors import LiftbridgeError
-from liftbridge_nats.messages import Ack, AckPolicy
+from liftbridge_nats import Ack, AckPolicy, LiftbridgeError
 
 from ._common import (
     EXIT_ERROR,
@@ -40,7 +39,7 @@ from ._common import (
 from ._output import Console, Progress, latency_summary, throughput_line
 
 if TYPE_CHECKING:
-    from liftbridge_nats.client import Client
+    from liftbridge_nats import Client
 
 _DEFAULT_LOAD_SIZE = 100
 LOAD_MAX_INFLIGHT = 1024
@@ -228,7 +227,7 @@ async def _target(
     args: argparse.Namespace, client: Client | None
 ) -> Callable[[int, bytes | None], tuple[str, int]]:
     """A function (message number, key) -> (NATS subject, partition)."""
-    from liftbridge_nats.partitioning import KeyPartitioner, partition_subject
+    from liftbridge_nats import KeyPartitioner, partition_subject
 
     if client is None:
         base = args.stream
@@ -252,10 +251,10 @@ async def _target(
     return lambda i, _key: (subjects[i % count], i % count)
 
 
-def _ack_json(ack: Ack, partition: int) -> dict[str, Any]:
+def _ack_json(ack: Ack) -> dict[str, Any]:
     return {
         "stream": ack.stream,
-        "partition": partition,
+        "partition": ack.partition,
         "subject": ack.message_subject,
         "offset": ack.offset,
         "correlation_id": ack.correlation_id,
@@ -277,9 +276,9 @@ async def publish_run(
 
     Without ``load`` the messages go one at a time (acks printed in input order; a stream
     target goes through ``publish_to_stream``, which resumes a paused partition); with
-    ``load`` they are pipelined through ``publish_nowait`` and only counted.
+    ``load`` they are pipelined through ``publish_async`` and only counted.
     """
-    from liftbridge_nats.publisher import Publisher
+    from liftbridge_nats import Publisher
 
     options: dict[str, Any] = {}
     if args.ack_timeout is not None:
@@ -354,10 +353,10 @@ async def _one_by_one(
         if ack is None or args.quiet:
             continue
         if args.json:
-            console.json(_ack_json(ack, partition))
+            console.json(_ack_json(ack))
         else:
             console.print(
-                f"{ack.stream}/{partition} offset {console.style(str(ack.offset), 'bold')}"
+                f"{ack.stream}/{ack.partition} offset {console.style(str(ack.offset), 'bold')}"
             )
 
 
@@ -384,7 +383,7 @@ async def _pipelined(
             subject, _ = route(i, options["key"])
             sent_at = time.perf_counter()
             try:
-                fut = await pub.publish_nowait(subject, value, **options)
+                fut = await pub.publish_async(subject, value, **options)
             except LiftbridgeError as exc:
                 # This message was refused (NATS gone, publisher closed): stop sending
                 # and let the messages already sent settle.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from liftbridge_nats import StreamExistsError
 from liftbridge_nats._names import DEFAULT_MAX_PARTITIONS, check_stream_name
-from liftbridge_nats.errors import StreamExistsError
 
 from ._common import (
     EXIT_OK,
@@ -21,8 +21,7 @@ from ._common import (
 from ._output import Console, key_values, table
 
 if TYPE_CHECKING:
-    from liftbridge_nats.client import Client
-    from liftbridge_nats.metadata import PartitionInfo, StreamInfo
+    from liftbridge_nats import Client, PartitionInfo, StreamInfo
 
 # Streams the server creates for itself; `stream list` hides them unless --all.
 _INTERNAL_PREFIX = "__"
@@ -269,7 +268,7 @@ async def _really_paused(client: Client, stream: str, p: PartitionInfo) -> bool:
     Otherwise (paused, resumed, perhaps paused again) its leader decides: a paused
     partition is closed, and its leader refuses FetchPartitionMetadata as a non-leader.
     """
-    from liftbridge_nats.errors import RpcError
+    from liftbridge_nats import RpcError
 
     changes = p.pause_changed
     if not p.paused:

@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from liftbridge_nats.messages import Message, StartPosition, StopPosition
+from liftbridge_nats import Message, StartPosition, StopPosition
 
 from ._common import (
     EXIT_OK,
@@ -28,7 +28,7 @@ from ._common import (
 from ._output import FORMATS, Console, print_message
 
 if TYPE_CHECKING:
-    from liftbridge_nats.client import Client
+    from liftbridge_nats import Client
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:

@@ -1,9 +1,9 @@
 """PySpark data source ``liftbridge``: batch and streaming reads and writes.
 
 A thin adapter over the public SDK and nothing else (no protobuf, no envelopes):
-reads go through the gRPC :class:`~liftbridge_nats.client.Client` (Subscribe bounded
+reads go through the gRPC :class:`~liftbridge_nats.Client` (Subscribe bounded
 by offsets planned on the driver), writes through the NATS-native
-:class:`~liftbridge_nats.publisher.Publisher` with acks. Every Spark callback that
+:class:`~liftbridge_nats.Publisher` with acks. Every Spark callback that
 talks to Liftbridge runs its own asyncio event loop. The options follow Spark's Kafka
 source (several streams by list or pattern, offsets and times to start and end at,
 ``failOnDataLoss``, ``includeHeaders``, TLS and NATS credentials); the README has them in

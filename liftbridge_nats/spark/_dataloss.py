@@ -8,8 +8,8 @@ default) or skips them and logs a warning naming what was skipped.
 
 from __future__ import annotations
 
+from liftbridge_nats import LiftbridgeError
 from liftbridge_nats._log import get_logger
-from liftbridge_nats.errors import LiftbridgeError
 
 __all__ = ["DataLossError", "data_loss", "missing_offsets"]
 

@@ -2,7 +2,7 @@
 
 Everything that talks to Liftbridge is async and is driven from Spark's synchronous
 callbacks by one event loop per call (:func:`run`) or per task (``asyncio.Runner``).
-Connection failures come out as :class:`~liftbridge_nats.errors.NotConnectedError`
+Connection failures come out as :class:`~liftbridge_nats.NotConnectedError`
 naming the option to check, and never carry a credential: URLs are shown with their
 user-info masked (the SDK's ``redact``) and passwords, tokens and keys are never
 formatted into a message.
@@ -17,9 +17,8 @@ from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+from liftbridge_nats import Client, LiftbridgeError, NotConnectedError
 from liftbridge_nats._log import get_logger, redact
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import LiftbridgeError, NotConnectedError
 
 from ._security import GrpcTls, NatsAuth
 

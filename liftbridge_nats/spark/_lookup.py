@@ -1,7 +1,7 @@
 """Driver-side look-ups: which streams a query reads, how far each partition goes, and
 the offsets behind ``earliest`` and timestamps.
 
-:class:`Lookups` wraps one connected :class:`~liftbridge_nats.client.Client` for the
+:class:`Lookups` wraps one connected :class:`~liftbridge_nats.Client` for the
 duration of one planning step, so a plan costs one connection. Liftbridge has no
 offset-for-time or oldest-offset call: both are answered by subscribing at that
 position (bounded by the high watermark) and taking the first message's offset.
@@ -13,15 +13,16 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import (
+from liftbridge_nats import (
+    Client,
     InvalidArgumentError,
     NoSuchStreamError,
     PartitionPausedError,
     RpcError,
+    StartPosition,
+    StopPosition,
+    StreamInfo,
 )
-from liftbridge_nats.messages import StartPosition, StopPosition
-from liftbridge_nats.metadata import StreamInfo
 
 from . import _io
 from ._options import ReadOptions, StreamSelection

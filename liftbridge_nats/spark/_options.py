@@ -13,8 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from liftbridge_nats.errors import InvalidArgumentError
-from liftbridge_nats.messages import AckPolicy
+from liftbridge_nats import AckPolicy, InvalidArgumentError
 
 from ._positions import (
     EARLIEST,

@@ -12,9 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
-from liftbridge_nats.errors import RpcTimeoutError
-from liftbridge_nats.messages import Message, StartPosition, StopPosition
-from liftbridge_nats.subscription import Subscription
+from liftbridge_nats import Message, RpcTimeoutError, StartPosition, StopPosition, Subscription
 
 from . import _io
 from ._dataloss import data_loss, missing_offsets

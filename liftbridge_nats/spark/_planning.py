@@ -15,7 +15,7 @@ from typing import Any, TypeAlias, TypeVar
 
 from pyspark.sql.datasource import InputPartition
 
-from liftbridge_nats.errors import InvalidArgumentError
+from liftbridge_nats import InvalidArgumentError
 
 from ._positions import EARLIEST, LATEST, At, Position, PositionSpec
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from liftbridge_nats.errors import InvalidArgumentError
+from liftbridge_nats import InvalidArgumentError
 
 __all__ = [
     "EARLIEST",

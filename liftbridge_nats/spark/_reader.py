@@ -15,8 +15,8 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from liftbridge_nats import Message
 from liftbridge_nats._log import get_logger
-from liftbridge_nats.messages import Message
 
 from . import _io
 from ._lookup import lookups

@@ -21,7 +21,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from liftbridge_nats.errors import InvalidArgumentError
+from liftbridge_nats import InvalidArgumentError
 
 __all__ = [
     "READ_SCHEMA",

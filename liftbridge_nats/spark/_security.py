@@ -19,12 +19,12 @@ import ssl
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from liftbridge_nats.errors import InvalidArgumentError
+from liftbridge_nats import InvalidArgumentError
 
 from ._values import Options, flag, readable_file
 
 if TYPE_CHECKING:
-    from liftbridge_nats.client import TLSConfig
+    from liftbridge_nats import TLSConfig
 
 __all__ = ["GrpcTls", "NatsAuth", "Secret", "parse_grpc_tls", "parse_nats_auth"]
 
@@ -66,8 +66,8 @@ class GrpcTls:
     server_name: str | None = None
 
     def config(self) -> TLSConfig:
-        """The SDK's :class:`~liftbridge_nats.client.TLSConfig` for these settings."""
-        from liftbridge_nats.client import TLSConfig
+        """The SDK's :class:`~liftbridge_nats.TLSConfig` for these settings."""
+        from liftbridge_nats import TLSConfig
 
         return TLSConfig(
             ca_file=self.ca_file,

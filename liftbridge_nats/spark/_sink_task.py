@@ -17,10 +17,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from liftbridge_nats.errors import InvalidArgumentError, PublishError
-from liftbridge_nats.messages import Ack
-from liftbridge_nats.partitioning import KeyPartitioner, partition_subject
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import (
+    Ack,
+    InvalidArgumentError,
+    KeyPartitioner,
+    Publisher,
+    PublishError,
+    partition_subject,
+)
 
 from . import _io
 from ._options import WriteOptions
@@ -181,7 +185,7 @@ async def _publish_batch(
     keys = None if cols.key is None else _as_bytes(batch.column(cols.key))
     headers = None if cols.headers is None else _header_maps(batch.column(cols.headers))
     parts = None if cols.partition is None else batch.column(cols.partition).to_pylist()
-    nowait, pending, subjects = pub.publish_nowait, ledger.pending, router.subjects
+    publish_async, pending, subjects = pub.publish_async, ledger.pending, router.subjects
     ledger.rows += len(values)
     if keys is None and headers is None and parts is None:
         # No key, no header, no partition column: values only, round-robin (or one
@@ -189,7 +193,9 @@ async def _publish_batch(
         n = len(subjects) if router.count is not None else 1
         p = router.spread() if router.count is not None else 0
         for value in values:
-            fut = await nowait(subjects[p], b"" if value is None else value, ack_policy=policy)
+            fut = await publish_async(
+                subjects[p], b"" if value is None else value, ack_policy=policy
+            )
             pending.append((p if router.count is not None else -1, fut))
             if pending[0][1].done():
                 ledger.drain()
@@ -201,7 +207,7 @@ async def _publish_batch(
         value = b"" if value is None else value
         key = None if keys is None else keys[i]
         p = router.pick(None if parts is None else parts[i], key, value)
-        fut = await nowait(
+        fut = await publish_async(
             subjects[max(p, 0)],
             value,
             key=key,
@@ -218,7 +224,7 @@ async def publish_rows(
 ) -> TaskResult:
     """Publish every row of ``batches`` (Arrow record batches) and wait for the acks.
 
-    Raises :class:`~liftbridge_nats.errors.PublishError` (so Spark retries the task)
+    Raises :class:`~liftbridge_nats.PublishError` (so Spark retries the task)
     unless every row was acked without error.
     """
     started = time.monotonic()

@@ -28,8 +28,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from liftbridge_nats import InvalidArgumentError
 from liftbridge_nats._log import get_logger
-from liftbridge_nats.errors import InvalidArgumentError
 
 from . import _io
 from ._dataloss import data_loss

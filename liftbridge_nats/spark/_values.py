@@ -2,7 +2,7 @@
 
 :class:`Options` looks names up ignoring case, underscores and dots; the helpers turn
 one value into a number, a flag or a readable file, or raise an
-:class:`~liftbridge_nats.errors.InvalidArgumentError` naming the option.
+:class:`~liftbridge_nats.InvalidArgumentError` naming the option.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import math
 import os
 from collections.abc import Mapping
 
-from liftbridge_nats.errors import InvalidArgumentError
+from liftbridge_nats import InvalidArgumentError
 
 __all__ = ["Options", "flag", "positive_float", "positive_int", "readable_file"]
 

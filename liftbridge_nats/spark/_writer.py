@@ -23,8 +23,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from liftbridge_nats import AckPolicy
 from liftbridge_nats._log import get_logger
-from liftbridge_nats.messages import AckPolicy
 
 from . import _io
 from ._lookup import sink_target

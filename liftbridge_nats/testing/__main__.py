@@ -25,7 +25,7 @@ import contextlib
 import signal
 import sys
 
-from liftbridge_nats.errors import ServerStartError
+from liftbridge_nats import ServerStartError
 from liftbridge_nats.testing._backend import new_cluster
 from liftbridge_nats.testing._cluster import LocalCluster
 from liftbridge_nats.testing._install import (

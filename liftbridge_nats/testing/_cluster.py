@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from liftbridge_nats.errors import ServerStartError
+from liftbridge_nats import ServerStartError
 from liftbridge_nats.testing._config import nats_conf, node_config, render_yaml
 from liftbridge_nats.testing._install import (
     DEFAULT_LIFTBRIDGE_VERSION,
@@ -294,7 +294,7 @@ class LocalCluster:
     async def start(self) -> None:
         """Start NATS and every Liftbridge node and wait until the cluster is ready.
 
-        Raises :class:`~liftbridge_nats.errors.ServerStartError` (with the log tail of
+        Raises :class:`~liftbridge_nats.ServerStartError` (with the log tail of
         every process) if the servers cannot start or are not ready within
         ``start_timeout``. Nothing is left running after a failure.
         """
@@ -437,7 +437,7 @@ class LocalCluster:
         Usable means: its NATS connections are up, it lists every running node in
         FetchMetadata, and it reaches a live metadata leader (details in
         ``liftbridge_nats.testing._readiness``). Nodes stopped through this object are
-        left out. Raises :class:`~liftbridge_nats.errors.ServerStartError` with the
+        left out. Raises :class:`~liftbridge_nats.ServerStartError` with the
         log tail when a process exits by itself, when NATS is down, or when
         ``timeout`` (default ``start_timeout``) passes.
         """

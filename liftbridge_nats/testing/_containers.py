@@ -55,7 +55,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from liftbridge_nats.errors import ServerStartError
+from liftbridge_nats import ServerStartError
 from liftbridge_nats.testing._cluster import _run_sync
 from liftbridge_nats.testing._config import node_config, render_yaml
 from liftbridge_nats.testing._docker import CLUSTER_LABEL, docker_client, labels, remove_labelled
@@ -367,7 +367,7 @@ class ContainerCluster:
 
         The first start may build the local server image (and Liftbridge, about a
         minute); that is not part of ``start_timeout``. Raises
-        :class:`~liftbridge_nats.errors.ServerStartError` (with the containers' log
+        :class:`~liftbridge_nats.ServerStartError` (with the containers' log
         tails) when the engine does not answer, a container cannot start, or the
         cluster is not ready in time. Nothing is left behind after a failure or a
         cancellation.
@@ -688,7 +688,7 @@ class ContainerCluster:
         """Wait until every running node is usable (the same checks as
         :meth:`LocalCluster.wait_ready <liftbridge_nats.testing.LocalCluster.wait_ready>`).
 
-        Raises :class:`~liftbridge_nats.errors.ServerStartError` with the log tails when
+        Raises :class:`~liftbridge_nats.ServerStartError` with the log tails when
         a container exits by itself, when NATS is down, or when ``timeout`` (default
         ``start_timeout``) passes.
         """

@@ -17,7 +17,7 @@ import os
 import socket
 from typing import TYPE_CHECKING, Any
 
-from liftbridge_nats.errors import ServerStartError
+from liftbridge_nats import ServerStartError
 
 if TYPE_CHECKING:
     from testcontainers.core.config import TestcontainersConfiguration
@@ -93,7 +93,7 @@ def docker_client() -> DockerClient:
     the Docker context, or the default socket), with its reaper turned off
     (:func:`disable_reaper`). Close it with ``client.client.close()``.
 
-    Raises :class:`~liftbridge_nats.errors.ServerStartError` when testcontainers is
+    Raises :class:`~liftbridge_nats.ServerStartError` when testcontainers is
     missing or no engine answers.
     """
     try:

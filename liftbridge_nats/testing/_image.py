@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from liftbridge_nats.errors import ServerStartError
+from liftbridge_nats import ServerStartError
 from liftbridge_nats.testing._docker import labels
 from liftbridge_nats.testing._install import (
     DEFAULT_LIFTBRIDGE_VERSION,

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from liftbridge_nats.errors import ServerStartError
+from liftbridge_nats import ServerStartError
 
 DEFAULT_LIFTBRIDGE_VERSION = "v1.9.0"
 _LIFTBRIDGE_MODULE = "github.com/liftbridge-io/liftbridge"
@@ -52,7 +52,7 @@ def ensure_liftbridge(version: str = DEFAULT_LIFTBRIDGE_VERSION) -> Path:
 
     ``LIFTBRIDGE_BIN`` (a path to a binary) overrides everything. Otherwise the cached
     build of ``version`` is reused, or built with the Go toolchain (about a minute).
-    Raises :class:`~liftbridge_nats.errors.ServerStartError` when that is impossible.
+    Raises :class:`~liftbridge_nats.ServerStartError` when that is impossible.
     """
     override = os.environ.get("LIFTBRIDGE_BIN")
     if override:

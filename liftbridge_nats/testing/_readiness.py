@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from liftbridge_nats.errors import ServerStartError
+from liftbridge_nats import ServerStartError
 
 CURSORS_STREAM = "__cursors"
 # A broker surveys its peers for up to 3 s when one of them does not answer.
@@ -79,7 +79,7 @@ async def wait_ready(
     """Repeat ``step`` (in a worker thread) until it returns None; give up after ``limit`` s.
 
     ``step(rpc_timeout)`` returns why the cluster is not ready yet, or raises
-    :class:`~liftbridge_nats.errors.ServerStartError` for what waiting cannot fix (a
+    :class:`~liftbridge_nats.ServerStartError` for what waiting cannot fix (a
     server that exited). Each step gets at most the time left, so a hung node cannot
     stretch the wait. The error after ``limit`` carries the last reason and ``logs()``.
     """

@@ -22,7 +22,7 @@ import weakref
 from pathlib import Path
 from types import TracebackType
 
-from liftbridge_nats.errors import ServerStartError
+from liftbridge_nats import ServerStartError
 from liftbridge_nats.testing._cluster import _Runtime
 from liftbridge_nats.testing._process import ServerProcess, free_ports, tail
 

@@ -84,7 +84,7 @@ def _in_ci() -> bool:
 def _engine_problem() -> str | None:
     # Asked once per test run; the first answer also clears containers that killed
     # runs left behind.
-    from liftbridge_nats.errors import ServerStartError
+    from liftbridge_nats import ServerStartError
     from liftbridge_nats.testing._docker import docker_client, remove_orphans
 
     try:

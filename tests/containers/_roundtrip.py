@@ -8,8 +8,7 @@ from dataclasses import dataclass
 
 import nats
 
-from liftbridge_nats import AckPolicy, Client, Publisher
-from liftbridge_nats.messages import StartPosition, StopPosition
+from liftbridge_nats import AckPolicy, Client, Publisher, StartPosition, StopPosition
 
 
 @dataclass(frozen=True)

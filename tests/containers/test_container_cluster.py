@@ -21,9 +21,7 @@ import pytest
 from testcontainers.core.config import TestcontainersConfiguration
 from testcontainers.core.labels import LABEL_SESSION_ID, LABEL_TESTCONTAINERS, SESSION_ID
 
-from liftbridge_nats import Client
-from liftbridge_nats.errors import ServerStartError
-from liftbridge_nats.messages import StartPosition
+from liftbridge_nats import Client, ServerStartError, StartPosition
 from liftbridge_nats.testing import DEFAULT_LIFTBRIDGE_VERSION, ContainerCluster
 from liftbridge_nats.testing._containers import HOST_BINDING
 from liftbridge_nats.testing._docker import CLUSTER_LABEL, OWNER_LABEL, REAPER_ENV, disable_reaper

@@ -25,9 +25,7 @@ from typing import Any
 
 import nats
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import LiftbridgeError
-from liftbridge_nats.messages import Ack, Message, StartPosition, StopPosition
+from liftbridge_nats import Ack, Client, LiftbridgeError, Message, StartPosition, StopPosition
 
 # Client options for fault tests: reconnect forever, quickly.
 NATS_OPTIONS: dict[str, Any] = {

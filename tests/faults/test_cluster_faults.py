@@ -10,9 +10,7 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.messages import AckPolicy, Message, StartPosition
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import AckPolicy, Client, Message, Publisher, StartPosition
 from liftbridge_nats.testing import Cluster
 
 from ._support import REPLICA_TIMEOUTS, Outcomes, connect_nats, read_stream, wait_until
@@ -88,7 +86,7 @@ async def _publish_steadily(
             await asyncio.sleep(due - loop.time())
         value = f"{tag}-{n}".encode()
         values.append(value)
-        futures.append(await pub.publish_nowait(subject, value, ack_policy=ack_policy))
+        futures.append(await pub.publish_async(subject, value, ack_policy=ack_policy))
         n += 1
     return values, futures
 

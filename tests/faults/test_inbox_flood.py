@@ -10,12 +10,9 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats import envelope, wire
+from liftbridge_nats import AckPolicy, Client, Publisher, envelope, wire
 from liftbridge_nats._proto import api_pb2
-from liftbridge_nats.client import Client
 from liftbridge_nats.envelope import MsgType
-from liftbridge_nats.messages import AckPolicy
-from liftbridge_nats.publisher import Publisher
 from liftbridge_nats.testing import Cluster
 
 from ._support import Outcomes, connect_nats, gather_outcomes, read_stream, wait_until
@@ -99,7 +96,7 @@ async def test_ack_inbox_flood(
                 flooding = asyncio.create_task(flood_inbox())
                 values = [b"f-%d" % i for i in range(total)]
                 futures = [
-                    await pub.publish_nowait(name, v, ack_policy=AckPolicy.ALL) for v in values
+                    await pub.publish_async(name, v, ack_policy=AckPolicy.ALL) for v in values
                 ]
                 await flooding
                 await gather_outcomes(values, futures, outcomes)

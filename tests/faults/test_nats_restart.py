@@ -8,9 +8,7 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.messages import AckPolicy
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import AckPolicy, Client, Publisher
 from liftbridge_nats.testing import Cluster, ContainerCluster
 
 from ._support import NATS_FAULT_NETWORK, Outcomes, connect_nats, gather_outcomes, read_stream
@@ -53,7 +51,7 @@ async def test_nats_restart_during_100k_pipelined_all_acked_publishes(
                 values = [b"m-%d" % i for i in range(total)]
                 futures = []
                 for i, value in enumerate(values):
-                    futures.append(await pub.publish_nowait(name, value, ack_policy=AckPolicy.ALL))
+                    futures.append(await pub.publish_async(name, value, ack_policy=AckPolicy.ALL))
                     if i == kill_at:
                         reached.set()
                         await asyncio.sleep(0)
@@ -138,7 +136,7 @@ async def test_short_nats_outage_costs_nothing(
                         await asyncio.sleep(due - loop.time())
                     value = b"o-%d" % n
                     values.append(value)
-                    futures.append(await pub.publish_nowait(name, value, ack_policy=AckPolicy.ALL))
+                    futures.append(await pub.publish_async(name, value, ack_policy=AckPolicy.ALL))
                     while_down.append(down)
                     n += 1
                 await fault

@@ -20,10 +20,7 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import IncorrectOffsetError, LiftbridgeError
-from liftbridge_nats.messages import Ack, AckPolicy
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import Ack, AckPolicy, Client, IncorrectOffsetError, LiftbridgeError, Publisher
 from liftbridge_nats.testing import Cluster
 
 from ._support import NATS_FAULT_NETWORK, connect_nats, read_stream
@@ -95,7 +92,7 @@ async def test_retry_after_lost_acks_never_writes_twice(
                 # (sent, perhaps stored, not yet acked).
                 for i in range(total):
                     futures.append(
-                        await pub.publish_nowait(
+                        await pub.publish_async(
                             name, b"occ-%d" % i, expected_offset=i, ack_policy=AckPolicy.ALL
                         )
                     )

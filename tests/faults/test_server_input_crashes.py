@@ -14,9 +14,8 @@ from typing import Any
 import grpc
 import pytest
 
+from liftbridge_nats import Client, InvalidArgumentError, ServerStartError
 from liftbridge_nats._proto import api_pb2, api_pb2_grpc
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import InvalidArgumentError, ServerStartError
 from liftbridge_nats.testing import Cluster, LocalCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

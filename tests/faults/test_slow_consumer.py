@@ -21,8 +21,7 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.messages import StartPosition, StopPosition
+from liftbridge_nats import Client, StartPosition, StopPosition
 from liftbridge_nats.testing import Cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -43,7 +42,7 @@ async def main(url, name, partitions, per, size):
         for p in range(partitions):
             subject = partition_subject(name, p)
             futures = [
-                await pub.publish_nowait(
+                await pub.publish_async(
                     subject, i.to_bytes(4, "big") * (size // 4), ack_policy=AckPolicy.LEADER
                 )
                 for i in range(per)

@@ -14,8 +14,7 @@ import atheris
 from atheris.import_hook import instrument_imports
 
 with instrument_imports():
-    from liftbridge_nats import envelope, wire
-    from liftbridge_nats.errors import EnvelopeError
+    from liftbridge_nats import EnvelopeError, envelope, wire
 
 
 # Self-test of the harness: with this variable set, any decoded ACK envelope counts as

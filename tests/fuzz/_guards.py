@@ -22,10 +22,15 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from nats.aio.client import Client as NATS
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import InvalidArgumentError, LiftbridgeError
-from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import (
+    AckPolicy,
+    Client,
+    InvalidArgumentError,
+    LiftbridgeError,
+    Publisher,
+    StartPosition,
+    StopPosition,
+)
 from liftbridge_nats.testing import LocalCluster
 
 MAX_NAME_BYTES = 255

@@ -2,7 +2,7 @@
 
 The contract under test: the three decoders that see bytes from the network
 (``envelope.decode``, ``wire.decode_ack``, ``wire.decode_publish``) either return a
-value or raise :class:`~liftbridge_nats.errors.EnvelopeError`. Any other exception is a
+value or raise :class:`~liftbridge_nats.EnvelopeError`. Any other exception is a
 finding. Inputs come from three sources that complement each other: seeds (valid
 envelopes of every kind the server or a publisher sends), mutations of those seeds
 (byte flips, truncations, splices, header field rewrites, CRC fix-ups so that mutated
@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 
 import crc32c
 
-from liftbridge_nats import envelope, wire
+from liftbridge_nats import Ack, AckPolicy, envelope, wire
 from liftbridge_nats._proto import api_pb2
 from liftbridge_nats.envelope import MAGIC, EnvelopeError, MsgType
-from liftbridge_nats.messages import Ack, AckPolicy
 
 Decoder = Callable[[bytes], object]
 

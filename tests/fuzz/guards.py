@@ -21,8 +21,7 @@ import time
 
 import nats
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import Client, Publisher
 from liftbridge_nats.testing import LocalCluster
 
 from ._guards import Tally, assert_healthy, attempt, bad_calls, examples

@@ -22,11 +22,15 @@ import nats
 import pytest
 from nats.aio.client import Client as NATS
 
+from liftbridge_nats import (
+    AckPolicy,
+    Client,
+    InvalidArgumentError,
+    Publisher,
+    StartPosition,
+    StopPosition,
+)
 from liftbridge_nats.cli import main as cli_main
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import InvalidArgumentError
-from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
-from liftbridge_nats.publisher import Publisher
 from liftbridge_nats.testing import LocalCluster
 
 from ._guards import (

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from liftbridge_nats import InvalidArgumentError
 from liftbridge_nats._args import create_stream_request
 from liftbridge_nats._names import (
     DEFAULT_MAX_PARTITIONS,
@@ -20,7 +21,6 @@ from liftbridge_nats._names import (
     check_stream_name,
 )
 from liftbridge_nats._proto import api_pb2
-from liftbridge_nats.errors import InvalidArgumentError
 
 from ._guards import MAX_NAME_BYTES, allowed_names, refused_groups, refused_names
 

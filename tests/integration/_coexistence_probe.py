@@ -22,7 +22,7 @@ def import_in_order(order: list[str], stub_dir: str | None) -> dict[str, ModuleT
     for name in order:
         if name == "sdk":
             modules["sdk"] = importlib.import_module("liftbridge_nats")
-            importlib.import_module("liftbridge_nats.client")  # the gRPC side and its schema
+            importlib.import_module("liftbridge_nats._client")  # the gRPC side and its schema
         elif name == "gufo":
             modules["gufo"] = importlib.import_module("gufo.liftbridge.client")
             modules["gufo_types"] = importlib.import_module("gufo.liftbridge.types")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Awaitable, Callable, Iterable
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.messages import Ack, Message, StartPosition, StopPosition
+from liftbridge_nats import Ack, Client, Message, StartPosition, StopPosition
+from liftbridge_nats.testing import LocalCluster
 
 
 async def read_all(client: Client, stream: str, partition: int = 0) -> list[Message]:
@@ -29,6 +32,23 @@ async def eventually(check: Callable[[], Awaitable[bool]], within: float = 15.0)
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {within} s")
         await asyncio.sleep(0.1)
+
+
+async def nats_subscribers(cluster: LocalCluster, subject: str) -> int:
+    """How many NATS subscriptions a message on ``subject`` reaches now, from the NATS
+    server's monitoring endpoint.
+
+    A partition paused over gRPC drops its NATS subscription a moment after the call
+    returns; until NATS has processed that, a message to it vanishes without an ack
+    instead of getting "no responders".
+    """
+    query = urllib.parse.urlencode({"subs": 1, "test": subject})
+
+    def fetch() -> int:
+        with urllib.request.urlopen(f"{cluster.nats_monitor_url}/subsz?{query}", timeout=5) as r:
+            return int(json.load(r)["total"])
+
+    return await asyncio.to_thread(fetch)
 
 
 def acked(results: Iterable[Ack | None]) -> list[Ack]:

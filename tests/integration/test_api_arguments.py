@@ -15,16 +15,18 @@ from typing import Any, TypeAlias
 import pytest
 from nats.aio.client import Client as NATS
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import (
+from liftbridge_nats import (
+    AckPolicy,
+    Client,
     InvalidArgumentError,
-    MessageTooLargeError,
+    MaxPayloadExceededError,
     NoSuchStreamError,
+    Publisher,
     PublisherClosedError,
     RpcError,
+    StartPosition,
+    StopPosition,
 )
-from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
-from liftbridge_nats.publisher import Publisher
 from liftbridge_nats.testing import LocalCluster
 
 ARG_ERRORS = (InvalidArgumentError, TypeError)
@@ -85,7 +87,7 @@ PUBLISH_CASES: list[tuple[str, BadArgs, tuple[str, ...]]] = [
 @pytest.mark.parametrize(
     ("case", "override", "words"), PUBLISH_CASES, ids=[c[0] for c in PUBLISH_CASES]
 )
-@pytest.mark.parametrize("method", ["publish", "publish_nowait"])
+@pytest.mark.parametrize("method", ["publish", "publish_async"])
 async def test_publish_argument_errors(
     pub: Publisher,
     nats_client: NATS,
@@ -96,7 +98,7 @@ async def test_publish_argument_errors(
 ) -> None:
     kwargs: BadArgs = {"subject": "args-orders", "value": b"v", **override}
     subject, value = kwargs.pop("subject"), kwargs.pop("value")
-    send = pub.publish if method == "publish" else pub.publish_nowait
+    send = pub.publish if method == "publish" else pub.publish_async
     out_before = nats_client.stats["out_msgs"]
     with pytest.raises(ARG_ERRORS) as info:
         await send(subject, value, **kwargs)
@@ -109,7 +111,7 @@ async def test_publish_too_large_is_refused_before_sending(
     pub: Publisher, nats_client: NATS
 ) -> None:
     out_before = nats_client.stats["out_msgs"]
-    with pytest.raises(MessageTooLargeError) as info:
+    with pytest.raises(MaxPayloadExceededError) as info:
         await pub.publish("args-orders", b"x" * (nats_client.max_payload + 1))
     _assert_clear(info.value, "max_payload", "larger", "too large")
     assert nats_client.stats["out_msgs"] == out_before
@@ -340,7 +342,7 @@ async def test_publish_over_grpc_argument_errors(client: Client) -> None:
     ]
     for kwargs, words in cases:
         with pytest.raises(ARG_ERRORS) as info:
-            await client.publish(**kwargs)
+            await client.publish_to_stream(**kwargs)
         _assert_clear(info.value, *words)
 
 

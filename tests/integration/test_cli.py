@@ -480,7 +480,7 @@ def test_cursor_get_set(cli: Run, unique_name: Any) -> None:
 async def test_group_describe_shows_coordinator_and_lag(
     liftbridge_cluster: Any, unique_name: Any
 ) -> None:
-    from liftbridge_nats.client import Client
+    from liftbridge_nats import Client
 
     name = unique_name("grp")
     group = unique_name("g")
@@ -501,7 +501,7 @@ async def test_group_describe_shows_coordinator_and_lag(
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name)
         for i in range(5):
-            await client.publish(name, f"v{i}".encode())
+            await client.publish_to_stream(name, f"v{i}".encode())
         async with client.consumer(group, [name], assignment_interval=0.5) as consumer:
             seen = 0
             async for msg in consumer:

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import test_cli
 
+from liftbridge_nats import Client
 from liftbridge_nats.cli import main
 from liftbridge_nats.cli._common import pid_alive
-from liftbridge_nats.client import Client
 
 # The CLI tests' in-process runner (a fixture: main(argv) against the session cluster).
 cli = test_cli.cli

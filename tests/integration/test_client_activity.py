@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from liftbridge_nats.activity import ActivityEvent, ActivityOp
-from liftbridge_nats.client import Client
-from liftbridge_nats.messages import StartPosition, StopPosition
+from liftbridge_nats import ActivityEvent, ActivityOp, Client, StartPosition, StopPosition
 from liftbridge_nats.testing import LocalCluster
 
 

@@ -7,11 +7,7 @@ import grpc
 import grpc.aio
 import pytest
 
-from liftbridge_nats._grpc import parse_brokers, rpc_error
-from liftbridge_nats._proto import api_pb2
-from liftbridge_nats._publish_async import async_error, publish_error
-from liftbridge_nats.cursors import cursor_partition
-from liftbridge_nats.errors import (
+from liftbridge_nats import (
     AckTimeoutError,
     BadRequestError,
     BrokerUnavailableError,
@@ -35,6 +31,10 @@ from liftbridge_nats.errors import (
     ServerError,
     StreamExistsError,
 )
+from liftbridge_nats._cursors import cursor_partition
+from liftbridge_nats._grpc import parse_brokers, rpc_error
+from liftbridge_nats._proto import api_pb2
+from liftbridge_nats._publish_async import async_error, publish_error
 
 
 def status(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
@@ -159,7 +159,7 @@ def test_parse_brokers() -> None:
 
 async def test_arguments_checked_before_any_rpc() -> None:
     # Port 1 has no broker: reaching the network would fail differently.
-    from liftbridge_nats.client import Client
+    from liftbridge_nats import Client
 
     client = Client("127.0.0.1:1", timeout=1)
     with pytest.raises(InvalidArgumentError):
@@ -179,7 +179,7 @@ async def test_arguments_checked_before_any_rpc() -> None:
     with pytest.raises(InvalidArgumentError):
         await client.fetch_partition_metadata("s", -1)
     with pytest.raises(InvalidArgumentError):
-        await client.publish("s", b"v", partition=-2)
+        await client.publish_to_stream("s", b"v", partition=-2)
     with pytest.raises(InvalidArgumentError):
         await client.fetch_metadata(timeout=0)
     with pytest.raises(InvalidArgumentError):

@@ -9,9 +9,7 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import LiftbridgeError
-from liftbridge_nats.messages import AckPolicy, StartPosition
+from liftbridge_nats import AckPolicy, Client, LiftbridgeError, StartPosition
 
 
 async def publish_until_acked(
@@ -21,7 +19,7 @@ async def publish_until_acked(
     deadline = time.monotonic() + within
     while True:
         try:
-            ack = await client.publish(stream, value, timeout=2.0)
+            ack = await client.publish_to_stream(stream, value, timeout=2.0)
             assert ack is not None
             return ack.offset
         except LiftbridgeError:
@@ -42,7 +40,9 @@ async def test_subscription_survives_leader_failover(
     ):
         await client.create_stream(name, name, replication_factor=3)
         for i in range(50):
-            await client.publish(name, b"before-%d" % i, ack_policy=AckPolicy.ALL, timeout=20)
+            await client.publish_to_stream(
+                name, b"before-%d" % i, ack_policy=AckPolicy.ALL, timeout=20
+            )
         leader = (await client.fetch_partition_metadata(name, 0)).leader
 
         sub = client.subscribe(name, start_position=StartPosition.EARLIEST)

@@ -11,10 +11,14 @@ from typing import Any
 import pytest
 from _waiting import wait_for
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import InvalidArgumentError, NoStoredPositionError
-from liftbridge_nats.groups import Consumer, group_cursor_id
-from liftbridge_nats.messages import StartPosition
+from liftbridge_nats import (
+    Client,
+    Consumer,
+    InvalidArgumentError,
+    NoStoredPositionError,
+    StartPosition,
+    group_cursor_id,
+)
 
 PARTITIONS = 6
 
@@ -39,7 +43,9 @@ async def test_group_exactly_once_across_leave_and_join(
 
     async def publish_round(client: Client, round_no: int) -> None:
         for i in range(10 * PARTITIONS):
-            await client.publish(stream, b"r%d-%d" % (round_no, i), partition=i % PARTITIONS)
+            await client.publish_to_stream(
+                stream, b"r%d-%d" % (round_no, i), partition=i % PARTITIONS
+            )
 
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(stream, stream, partitions=PARTITIONS)
@@ -116,7 +122,7 @@ async def test_group_resumes_from_cursor_and_start_positions(
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(stream, stream)
         for i in range(5):
-            await client.publish(stream, b"%d" % i)
+            await client.publish_to_stream(stream, b"%d" % i)
         # A stored group position wins over the start position.
         await client.set_cursor(group_cursor_id(group), stream, 0, 2)
         async with client.consumer(group, stream, assignment_interval=0.3) as consumer:

@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from typing import Any
 
 import pytest
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.cursors import CursorsDisabledError, cursor_partition
-from liftbridge_nats.errors import (
+from liftbridge_nats import (
+    AckPolicy,
+    AckTimeoutError,
     BrokerUnavailableError,
+    Client,
+    CursorsDisabledError,
     IncorrectOffsetError,
     InvalidArgumentError,
+    KeyPartitioner,
     NoSuchStreamError,
     ReadonlyPartitionError,
+    RoundRobinPartitioner,
+    StartPosition,
+    StopPosition,
 )
-from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
+from liftbridge_nats._cursors import cursor_partition
 
 
 def test_broker_addresses_parsed() -> None:
@@ -43,7 +50,7 @@ async def test_metadata_partition_metadata_and_groups(
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name, partitions=2)
         for i in range(3):
-            await client.publish(name, b"%d" % i, partition=1)
+            await client.publish_to_stream(name, b"%d" % i, partition=1)
         part = await client.fetch_partition_metadata(name, 1)
         assert (part.id, part.leader, part.isr) == (1, "n0", ("n0",))
         assert (part.high_watermark, part.newest_offset) == (2, 2)
@@ -138,25 +145,31 @@ async def test_grpc_publish_variants(liftbridge_cluster: Any, unique_name: Any) 
     name = unique_name("pub")
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name, partitions=2)
-        ack = await client.publish(
+        ack = await client.publish_to_stream(
             name, b"v", key=b"k", partition=1, headers={"h": b"1"}, correlation_id="cid-1"
         )
         assert ack is not None
-        assert (ack.stream, ack.offset, ack.correlation_id) == (name, 0, "cid-1")
-        assert await client.publish(name, b"none", ack_policy=AckPolicy.NONE) is None
-        ack = await client.publish_to_subject(name, b"by-subject", ack_policy=AckPolicy.ALL)
-        assert ack is not None and ack.stream == name
+        assert (ack.stream, ack.partition, ack.offset) == (name, 1, 0)
+        assert ack.correlation_id == "cid-1"
+        assert await client.publish_to_stream(name, b"none", ack_policy=AckPolicy.NONE) is None
+        ack = await client.publish(name, b"by-subject", ack_policy=AckPolicy.ALL)
+        assert ack is not None and ack.stream == name and ack.partition == 0
+        ack = await client.publish(f"{name}.1", b"by-subject-1")
+        assert ack is not None and (ack.partition, ack.offset) == (1, 1)
 
-        futures = [await client.publish_async(name, b"a%d" % i, partition=1) for i in range(50)]
+        futures = [
+            await client.publish_to_stream_async(name, b"a%d" % i, partition=1) for i in range(50)
+        ]
         acks = await asyncio.wait_for(asyncio.gather(*futures), 10)
-        assert [a.offset for a in acks if a is not None] == list(range(1, 51))
+        assert [a.offset for a in acks if a is not None] == list(range(2, 52))
+        assert {a.partition for a in acks if a is not None} == {1}
 
         with pytest.raises(NoSuchStreamError):
-            await client.publish(unique_name("missing"), b"x")
+            await client.publish_to_stream(unique_name("missing"), b"x")
         await client.set_stream_readonly(name, partitions=[1])
         with pytest.raises(ReadonlyPartitionError):
-            await client.publish(name, b"x", partition=1)
-        fut = await client.publish_async(name, b"x", partition=1)
+            await client.publish_to_stream(name, b"x", partition=1)
+        fut = await client.publish_to_stream_async(name, b"x", partition=1)
         with pytest.raises(ReadonlyPartitionError):
             await asyncio.wait_for(fut, 10)
 
@@ -168,15 +181,63 @@ async def test_grpc_publish_variants(liftbridge_cluster: Any, unique_name: Any) 
         )
         async with sub:
             msgs = [m async for m in sub]
-        assert msgs[0].key == b"k" and msgs[0].headers["h"] == b"1" and len(msgs) == 51
+        assert msgs[0].key == b"k" and msgs[0].headers["h"] == b"1" and len(msgs) == 52
+
+
+async def test_grpc_publish_to_stream_takes_the_publishers_partitioners(
+    liftbridge_cluster: Any, unique_name: Any
+) -> None:
+    name = unique_name("gpart")
+    async with Client(liftbridge_cluster.brokers) as client:
+        await client.create_stream(name, name, partitions=3)
+        keys = [b"k%d" % i for i in range(12)]
+        for key in keys:
+            ack = await client.publish_to_stream(name, key, key=key, partitioner=KeyPartitioner())
+            assert ack is not None and ack.partition == zlib.crc32(key) % 3
+        rr = RoundRobinPartitioner()
+        futures = [
+            await client.publish_to_stream_async(name, b"rr", partitioner=rr) for _ in range(6)
+        ]
+        acks = await asyncio.wait_for(asyncio.gather(*futures), 10)
+        assert [a.partition for a in acks if a is not None] == [0, 1, 2, 0, 1, 2]
+        # An explicit partition wins over the partitioner.
+        ack = await client.publish_to_stream(name, b"p", partition=2, partitioner=rr)
+        assert ack is not None and ack.partition == 2
+        with pytest.raises(InvalidArgumentError, match="partitioner chose partition 5"):
+            await client.publish_to_stream(name, b"x", partitioner=lambda k, v, n: 5)
+
+
+async def test_grpc_publish_async_times_out_when_no_ack_comes(
+    liftbridge_cluster_factory: Any, unique_name: Any
+) -> None:
+    cluster = liftbridge_cluster_factory(1)
+    await cluster.start()
+    name = unique_name("gtimeout")
+    async with Client(cluster.brokers) as client:
+        await client.create_stream(name, name)
+        first = await client.publish_to_stream_async(name, b"first", timeout=10)
+        assert await first is not None
+        await cluster.pause_node(0)  # alive, sockets open, answering nothing
+        try:
+            started = time.monotonic()
+            fut = await client.publish_to_stream_async(name, b"unanswered", timeout=0.5)
+            with pytest.raises(AckTimeoutError, match="may or may not have been stored"):
+                await asyncio.wait_for(fut, 10)
+            assert 0.4 < time.monotonic() - started < 5
+        finally:
+            await cluster.resume_node(0)
+        # The stream itself is still usable: the late ack is dropped, new ones match.
+        after = await client.publish_to_stream_async(name, b"after", timeout=10)
+        ack = await after
+        assert ack is not None and ack.offset == 2
 
 
 async def test_publish_async_occ_error(liftbridge_cluster: Any, unique_name: Any) -> None:
     name = unique_name("occa")
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name, optimistic_concurrency_control=True)
-        first = await client.publish_async(name, b"a", expected_offset=0)
+        first = await client.publish_to_stream_async(name, b"a", expected_offset=0)
         assert (await asyncio.wait_for(first, 10)) is not None
-        stale = await client.publish_async(name, b"b", expected_offset=0)
+        stale = await client.publish_to_stream_async(name, b"b", expected_offset=0)
         with pytest.raises(IncorrectOffsetError):
             await asyncio.wait_for(stale, 10)

@@ -11,17 +11,21 @@ from datetime import timedelta
 import pytest
 from nats.aio.client import Client as NATS
 
-from liftbridge_nats import wire
-from liftbridge_nats.client import REPLICATION_MAX, Client
-from liftbridge_nats.errors import (
+from liftbridge_nats import (
+    REPLICATION_MAX,
+    AckPolicy,
     BadRequestError,
+    Client,
     IncorrectOffsetError,
+    Message,
     NoSuchStreamError,
     ReadonlyPartitionError,
     RpcError,
+    StartPosition,
+    StopPosition,
     StreamExistsError,
+    wire,
 )
-from liftbridge_nats.messages import AckPolicy, Message, StartPosition, StopPosition
 from liftbridge_nats.testing import LocalCluster
 
 
@@ -99,7 +103,7 @@ async def test_retention_max_messages_trims(
             cleaner_interval=timedelta(milliseconds=300),
         )
         for i in range(40):
-            await client.publish(name, b"value-%03d" % i)
+            await client.publish_to_stream(name, b"value-%03d" % i)
 
         async def trimmed() -> bool:
             msgs = await read_all(client, name)
@@ -120,7 +124,7 @@ async def test_retention_max_bytes_trims(
             name, name, retention_max_bytes=600, segment_max_bytes=200, cleaner_interval=0.3
         )
         for i in range(40):
-            await client.publish(name, b"x" * 40 + b"%03d" % i)
+            await client.publish_to_stream(name, b"x" * 40 + b"%03d" % i)
 
         async def trimmed() -> bool:
             msgs = await read_all(client, name)
@@ -143,12 +147,12 @@ async def test_retention_max_age_trims(
             cleaner_interval=0.3,
         )
         for i in range(5):
-            await client.publish(name, b"old-%d" % i)
+            await client.publish_to_stream(name, b"old-%d" % i)
         await asyncio.sleep(1.5)
 
         async def aged_out() -> bool:
             # A fresh message rolls the aged segment so that the cleaner can drop it.
-            await client.publish(name, b"new")
+            await client.publish_to_stream(name, b"new")
             msgs = await read_all(client, name)
             return all(not m.value.startswith(b"old") for m in msgs)
 
@@ -169,7 +173,7 @@ async def test_compaction_keeps_last_value_per_key(
             cleaner_interval=0.3,
         )
         for i in range(60):
-            await client.publish(name, b"v%d" % i, key=b"k%d" % (i % 3))
+            await client.publish_to_stream(name, b"v%d" % i, key=b"k%d" % (i % 3))
 
         async def compacted() -> bool:
             return len(await read_all(client, name)) < 60
@@ -220,7 +224,7 @@ async def test_pause_resume_all(
         await client.pause_stream(name, resume_all=True)
         before = await client.stream_info(name, refresh=True)
         # A gRPC publish to partition 0 resumes both partitions (resume_all).
-        await client.publish(name, b"wake", partition=0)
+        await client.publish_to_stream(name, b"wake", partition=0)
         after = await client.stream_info(name, refresh=True)
         for pid in (0, 1):
             assert (
@@ -235,18 +239,18 @@ async def test_readonly_rejects_and_ends_subscriptions(
     name = unique_name("ro")
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name)
-        await client.publish(name, b"a")
-        await client.publish(name, b"b")
+        await client.publish_to_stream(name, b"a")
+        await client.publish_to_stream(name, b"b")
         await client.set_stream_readonly(name)
         assert (await client.stream_info(name, refresh=True)).partitions[0].readonly
         with pytest.raises(ReadonlyPartitionError):
-            await client.publish(name, b"c")
+            await client.publish_to_stream(name, b"c")
         # A follow-forever subscription ends at the end of a readonly partition.
         sub = client.subscribe(name, start_position=StartPosition.EARLIEST)
         async with asyncio.timeout(10), sub:
             assert [m.value async for m in sub] == [b"a", b"b"]
         await client.set_stream_readonly(name, readonly=False)
-        ack = await client.publish(name, b"c")
+        ack = await client.publish_to_stream(name, b"c")
         assert ack is not None and ack.offset == 2
 
 
@@ -256,11 +260,11 @@ async def test_optimistic_concurrency_control(
     name = unique_name("occ")
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name, optimistic_concurrency_control=True)
-        ack = await client.publish(name, b"first", expected_offset=0)
+        ack = await client.publish_to_stream(name, b"first", expected_offset=0)
         assert ack is not None and ack.offset == 0
         with pytest.raises(IncorrectOffsetError):
-            await client.publish(name, b"stale", expected_offset=0)
-        ack = await client.publish(name, b"unchecked")  # -1: no check
+            await client.publish_to_stream(name, b"stale", expected_offset=0)
+        ack = await client.publish_to_stream(name, b"unchecked")  # -1: no check
         assert ack is not None and ack.offset == 1
 
 
@@ -270,7 +274,7 @@ async def test_min_isr_blocks_commits(
     name = unique_name("minisr")
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name, min_isr=2)
-        await client.publish(name, b"never committed", ack_policy=AckPolicy.NONE)
+        await client.publish_to_stream(name, b"never committed", ack_policy=AckPolicy.NONE)
 
         async def written() -> bool:
             return (await client.fetch_partition_metadata(name, 0)).newest_offset == 0

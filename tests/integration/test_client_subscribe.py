@@ -11,10 +11,15 @@ from typing import TypeAlias, TypedDict
 
 import pytest
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import InvalidArgumentError, NoSuchStreamError, PartitionPausedError
-from liftbridge_nats.messages import StartPosition, StopPosition
-from liftbridge_nats.subscription import Subscription
+from liftbridge_nats import (
+    Client,
+    InvalidArgumentError,
+    NoSuchStreamError,
+    PartitionPausedError,
+    StartPosition,
+    StopPosition,
+    Subscription,
+)
 from liftbridge_nats.testing import LocalCluster
 
 
@@ -40,7 +45,9 @@ async def ten(
             await asyncio.sleep(0.02)
             marks.append(time.time_ns())
             await asyncio.sleep(0.02)
-            await client.publish(name, b"m%d" % i, key=b"k%d" % i, headers={"n": b"%d" % i})
+            await client.publish_to_stream(
+                name, b"m%d" % i, key=b"k%d" % i, headers={"n": b"%d" % i}
+            )
         yield client, name, marks
 
 
@@ -94,7 +101,7 @@ async def test_start_time_as_timedelta(ten: Ten) -> None:
     client, name, _ = ten
     await asyncio.sleep(1.0)
     for i in range(3):
-        await client.publish(name, b"recent%d" % i)
+        await client.publish_to_stream(name, b"recent%d" % i)
     sub = client.subscribe(
         name, start_time=timedelta(seconds=0.5), stop_position=StopPosition.LATEST
     )
@@ -107,7 +114,7 @@ async def test_new_only_sees_only_later_messages(ten: Ten) -> None:
     await sub.start()
     try:
         for i in range(3):
-            await client.publish(name, b"new%d" % i)
+            await client.publish_to_stream(name, b"new%d" % i)
         got = []
         async with asyncio.timeout(10):
             async for msg in sub:
@@ -128,7 +135,7 @@ async def test_stop_offset_waits_for_future_messages(ten: Ten) -> None:
     async def later() -> None:
         await asyncio.sleep(0.3)
         for i in range(4):
-            await client.publish(name, b"late%d" % i)
+            await client.publish_to_stream(name, b"late%d" % i)
 
     task = asyncio.create_task(later())
     assert await offsets(sub) == [8, 9, 10, 11]
@@ -143,7 +150,7 @@ async def test_on_cancel_follows_until_closed(ten: Ten) -> None:
             async for msg in sub:
                 got.append(msg.offset)
                 if msg.offset == 9:
-                    await client.publish(name, b"more")
+                    await client.publish_to_stream(name, b"more")
                 if msg.offset == 10:
                     break
     assert got == [7, 8, 9, 10]
@@ -159,7 +166,7 @@ async def test_empty_stream_ranges(
             name, start_position=StartPosition.EARLIEST, stop_position=StopPosition.LATEST
         )
         assert await offsets(sub) == []
-        await client.publish(name, b"x")
+        await client.publish_to_stream(name, b"x")
         sub = client.subscribe(
             name, start_position=StartPosition.EARLIEST, stop_time=time.time_ns() - 10**12
         )
@@ -184,7 +191,7 @@ async def test_resume_on_subscribe(
     name = unique_name("res")
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name)
-        await client.publish(name, b"before")
+        await client.publish_to_stream(name, b"before")
         await client.pause_stream(name)
         paused_at = (
             (await client.stream_info(name, refresh=True)).partitions[0].pause_changed.latest
@@ -239,7 +246,7 @@ async def test_read_isr_replica(
     async with Client(liftbridge_cluster3.brokers) as client:
         await client.create_stream(name, name, replication_factor=3)
         for i in range(5):
-            await client.publish(name, b"%d" % i)
+            await client.publish_to_stream(name, b"%d" % i)
 
         # Followers catch up asynchronously; read until each replica read returns all.
         deadline = time.monotonic() + 15
@@ -270,7 +277,7 @@ async def test_waiting_with_a_timeout_keeps_the_subscription(ten: Ten) -> None:
             with pytest.raises(TimeoutError):
                 await asyncio.wait_for(anext(sub), 0.3)
         assert not sub.closed
-        await client.publish(name, b"late")
+        await client.publish_to_stream(name, b"late")
         msg = await asyncio.wait_for(anext(sub), 5)
         assert (msg.offset, msg.value, sub.resubscribes) == (10, b"late", 0)
 
@@ -282,7 +289,7 @@ async def test_changes_under_a_live_subscription(
     async with Client(liftbridge_cluster.brokers) as client:
         for name in (paused, deleted, readonly):
             await client.create_stream(name, name)
-            await client.publish(name, b"first")
+            await client.publish_to_stream(name, b"first")
 
         async def first_then(name: str, change: Callable[[str], Awaitable[object]]) -> Subscription:
             sub = client.subscribe(name, start_position=StartPosition.EARLIEST)

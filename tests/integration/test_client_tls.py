@@ -17,9 +17,14 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats.client import Client, TLSConfig
-from liftbridge_nats.errors import BrokerUnavailableError, LiftbridgeError
-from liftbridge_nats.messages import StartPosition, StopPosition
+from liftbridge_nats import (
+    BrokerUnavailableError,
+    Client,
+    LiftbridgeError,
+    StartPosition,
+    StopPosition,
+    TLSConfig,
+)
 from liftbridge_nats.testing import ensure_liftbridge
 from liftbridge_nats.testing._certs import TestCertificates, generate_certificates
 
@@ -102,7 +107,7 @@ async def test_mutual_tls(tls_broker: tuple[str, TestCertificates]) -> None:
     client = await connect_when_ready(address, tls)
     async with client:
         await client.create_stream("secure", "secure")
-        ack = await client.publish("secure", b"over tls")
+        ack = await client.publish_to_stream("secure", b"over tls")
         assert ack is not None and ack.offset == 0
         sub = client.subscribe(
             "secure", start_position=StartPosition.EARLIEST, stop_position=StopPosition.LATEST

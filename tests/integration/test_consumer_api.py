@@ -10,11 +10,18 @@ from typing import Any, cast
 import pytest
 from _waiting import wait_for
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import ClientClosedError, InvalidArgumentError, NotAssignedError
-from liftbridge_nats.groups import Consumer, ConsumerRebalanceListener, StreamPartition
-from liftbridge_nats.lag import PartitionLag, consumer_lag
-from liftbridge_nats.messages import Message
+from liftbridge_nats import (
+    Client,
+    ClientClosedError,
+    Consumer,
+    ConsumerRebalanceListener,
+    InvalidArgumentError,
+    Message,
+    NotAssignedError,
+    PartitionLag,
+    StreamPartition,
+    consumer_lag,
+)
 
 PARTITIONS = 3
 
@@ -22,7 +29,7 @@ PARTITIONS = 3
 async def filled(client: Client, name: str, per_partition: int) -> None:
     await client.create_stream(name, name, partitions=PARTITIONS)
     for i in range(per_partition * PARTITIONS):
-        await client.publish(name, b"%d" % i, partition=i % PARTITIONS)
+        await client.publish_to_stream(name, b"%d" % i, partition=i % PARTITIONS)
 
 
 async def drain(
@@ -64,8 +71,8 @@ async def test_getmany_in_batches_and_getone(liftbridge_cluster: Any, unique_nam
             assert await consumer.getmany() == {}
             assert time.monotonic() - started < 0.5
             # Only one partition asked for: only it answers.
-            await client.publish(name, b"late-0", partition=0)
-            await client.publish(name, b"late-1", partition=1)
+            await client.publish_to_stream(name, b"late-0", partition=0)
+            await client.publish_to_stream(name, b"late-1", partition=1)
             only = await drain(consumer, 1, (name, 1))
             assert only == {StreamPartition(name, 1): [10]}
             one = await asyncio.wait_for(consumer.getone(), 10)
@@ -90,7 +97,7 @@ async def test_seek_and_position(liftbridge_cluster: Any, unique_name: Any) -> N
             await consumer.seek_to_end(tp)
             assert await consumer.position(tp) == 6
             assert await consumer.getmany(tp, timeout=0.3) == {}
-            await client.publish(name, b"new", partition=1)
+            await client.publish_to_stream(name, b"new", partition=1)
             assert await drain(consumer, 1, tp) == {tp: [6]}
             # An iteration's read-ahead is dropped by a seek too.
             consumer.seek(tp, 4)

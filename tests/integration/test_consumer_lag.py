@@ -7,10 +7,15 @@ from collections.abc import Callable
 
 import pytest
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import InvalidArgumentError, NoSuchStreamError
-from liftbridge_nats.groups import group_cursor_id
-from liftbridge_nats.lag import PartitionLag, consumer_lag, partition_lag
+from liftbridge_nats import (
+    Client,
+    InvalidArgumentError,
+    NoSuchStreamError,
+    PartitionLag,
+    consumer_lag,
+    group_cursor_id,
+    partition_lag,
+)
 from liftbridge_nats.testing import LocalCluster
 
 
@@ -30,9 +35,9 @@ async def test_consumer_lag_per_partition(
         await client.create_stream(a, a, partitions=3)
         await client.create_stream(b, b)
         for i in range(5):
-            await client.publish(a, b"x%d" % i, partition=0)
+            await client.publish_to_stream(a, b"x%d" % i, partition=0)
         for i in range(2):
-            await client.publish(a, b"y%d" % i, partition=1)
+            await client.publish_to_stream(a, b"y%d" % i, partition=1)
         await client.set_cursor(group_cursor_id(group), a, 0, 1)
         await client.set_cursor(group_cursor_id(group), a, 1, 1)
         rows = await consumer_lag(client, group, [a, b])

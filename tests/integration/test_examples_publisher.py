@@ -21,17 +21,22 @@ async def test_publish_example(liftbridge_cluster: LocalCluster) -> None:
     lines = (await run_example("publish.py", liftbridge_cluster)).splitlines()
     assert lines[0].startswith("publish       offset=0 stream=orders-")
     assert lines[1:5] == [
-        "publish_nowait [1, 2, 3, 4, 5]",
+        "publish_async [1, 2, 3, 4, 5]",
         "publish_batch  [6, 7]",
         "AckPolicy.NONE None",
         lines[4],
     ]
-    assert re.fullmatch(r"by key        a      -> orders-\w+ \(crc32 % 3 = 0\)", lines[4])
-    assert re.fullmatch(r"by key        user-2 -> orders-\w+\.1 \(crc32 % 3 = 1\)", lines[5])
-    assert re.fullmatch(r"by key        user-1 -> orders-\w+\.2 \(crc32 % 3 = 2\)", lines[6])
-    assert lines[7:] == [
+    by_key = r"by key        {:6s} -> partition {} on orders-\w+{} \(crc32 % 3 = {}\)"
+    assert re.fullmatch(by_key.format("a", 0, "", 0), lines[4])
+    assert re.fullmatch(by_key.format("user-2", 1, r"\.1", 1), lines[5])
+    assert re.fullmatch(by_key.format("user-1", 2, r"\.2", 2), lines[6])
+    # Partition 0 holds 10 messages by now, partitions 1 and 2 one each.
+    assert lines[7] == (
+        "by stream     (partition, offset) [(0, 10), (1, 1), (2, 1), (0, 11), (1, 2), (2, 2)]"
+    )
+    assert lines[8:] == [
         "no stream     NoRespondersError, retriable = True",
-        "stats         acked = 11",
+        "stats         acked = 17",
     ]
 
 

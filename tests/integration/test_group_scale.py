@@ -11,12 +11,7 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.groups import Consumer
-from liftbridge_nats.lag import consumer_lag
-from liftbridge_nats.messages import AckPolicy
-from liftbridge_nats.partitioning import partition_subject
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import AckPolicy, Client, Consumer, Publisher, consumer_lag, partition_subject
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -62,7 +57,7 @@ async def test_three_members_sixty_four_partitions_exactly_once(
 
             async def publish_round() -> None:
                 futures = [
-                    await pub.publish_nowait(
+                    await pub.publish_async(
                         partition_subject(stream, p), b"m", ack_policy=AckPolicy.LEADER
                     )
                     for p in range(PARTITIONS)

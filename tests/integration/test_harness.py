@@ -21,8 +21,8 @@ import nats
 import pytest
 from nats.aio.client import Client as NATS
 
+from liftbridge_nats import ServerStartError
 from liftbridge_nats._proto import api_pb2, api_pb2_grpc
-from liftbridge_nats.errors import ServerStartError
 from liftbridge_nats.testing import Cluster, LocalCluster
 
 # Reasons, for tests that check LocalCluster's own surface.

@@ -18,10 +18,17 @@ from typing import TypeVar
 import pytest
 from nats.aio.client import Client as NATS
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import LiftbridgeError, PublisherClosedError
-from liftbridge_nats.messages import Ack, AckPolicy, Message, StartPosition, StopPosition
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import (
+    Ack,
+    AckPolicy,
+    Client,
+    LiftbridgeError,
+    Message,
+    Publisher,
+    PublisherClosedError,
+    StartPosition,
+    StopPosition,
+)
 from liftbridge_nats.testing import LocalCluster
 
 pytestmark = pytest.mark.timeout(120)
@@ -103,7 +110,7 @@ async def test_publisher_close_is_idempotent_and_concurrent(
     await pub.close()
     pub = Publisher(nats_client)
     await pub.start()
-    futures = [await pub.publish_nowait(stream, b"x%d" % i) for i in range(100)]
+    futures = [await pub.publish_async(stream, b"x%d" % i) for i in range(100)]
     await asyncio.gather(pub.close(), pub.close(), pub.close())
     await pub.close()
     assert all(f.done() for f in futures)
@@ -158,13 +165,13 @@ async def test_cancel_publish_at_random_points(
     # max_inflight=4 makes publishes also wait for room, another await to cancel at.
     async with Publisher(nats_client, max_inflight=4, ack_timeout=5) as pub:
         for i in range(300):
-            method = pub.publish if i % 2 else pub.publish_nowait
+            method = pub.publish if i % 2 else pub.publish_async
             kind, result = await _cancel_after(
                 rng, method(stream, b"c%d" % i, ack_policy=AckPolicy.ALL)
             )
             outcomes[kind] += 1
             if kind == "done" and isinstance(result, asyncio.Future):
-                # publish_nowait returned before the cancel: its future still ends.
+                # publish_async returned before the cancel: its future still ends.
                 with contextlib.suppress(LiftbridgeError):
                     await result
         await pub.flush(timeout=10)
@@ -188,7 +195,7 @@ async def test_cancel_publisher_start_and_close(
         pub = Publisher(nats_client, ack_timeout=2)
         kind, _ = await _cancel_after(rng, pub.start())
         if kind == "done":
-            futures = [await pub.publish_nowait(stream, b"z") for _ in range(20)]
+            futures = [await pub.publish_async(stream, b"z") for _ in range(20)]
             await _cancel_after(rng, pub.close())
             # Whatever the cancel interrupted, a second close finishes the job.
             await pub.close()

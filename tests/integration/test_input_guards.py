@@ -13,9 +13,13 @@ from typing import Any, TypeAlias
 import pytest
 from nats.aio.client import Client as NATS
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import AckTimeoutError, InvalidArgumentError, ReadonlyPartitionError
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import (
+    AckTimeoutError,
+    Client,
+    InvalidArgumentError,
+    Publisher,
+    ReadonlyPartitionError,
+)
 from liftbridge_nats.testing import LocalCluster
 
 README = Path(__file__).resolve().parents[2] / "README.md"

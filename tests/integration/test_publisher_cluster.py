@@ -9,9 +9,7 @@ import nats
 import pytest
 from _publisher_helpers import read_all
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.messages import Ack, AckPolicy, Message
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import Ack, AckPolicy, Client, Message, Publisher
 from liftbridge_nats.testing import LocalCluster
 
 pytestmark = pytest.mark.cluster
@@ -37,7 +35,7 @@ async def test_policies_on_three_replicas(
                         for i in range(50):
                             value = b"%s-%d-%d" % (policy.name.encode(), round_, i)
                             futures.append(
-                                (value, await pub.publish_nowait(name, value, ack_policy=policy))
+                                (value, await pub.publish_async(name, value, ack_policy=policy))
                             )
                     for value, fut in futures:
                         ack = await fut

@@ -10,18 +10,24 @@ from typing import Any
 import pytest
 from _publisher_helpers import acked, read_all, user_headers
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.envelope import MsgType, encode
-from liftbridge_nats.errors import (
+from liftbridge_nats import (
+    Ack,
+    AckError,
+    AckLostError,
+    AckPolicy,
     AckTimeoutError,
+    Client,
     IncorrectOffsetError,
     InvalidArgumentError,
+    LocalError,
+    MaxPayloadExceededError,
     MessageTooLargeError,
     NoRespondersError,
+    Publisher,
     PublisherClosedError,
+    PublishRecord,
 )
-from liftbridge_nats.messages import Ack, AckError, AckPolicy
-from liftbridge_nats.publisher import Publisher, PublishRecord
+from liftbridge_nats.envelope import MsgType, encode
 
 
 @pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "nats-py-public-api"])
@@ -87,9 +93,9 @@ async def test_100k_pipelined_every_ack_matched_and_read_back(
             futures = []
             for i in range(n):
                 if i % 2:
-                    fut = await pub.publish_nowait(name, b"v%d" % i)
+                    fut = await pub.publish_async(name, b"v%d" % i)
                 else:
-                    fut = await pub.publish_nowait(
+                    fut = await pub.publish_async(
                         name, b"v%d" % i, key=b"k%d" % (i % 97), headers={"i": b"%d" % i}
                     )
                 assert pub.pending <= 8192
@@ -126,9 +132,9 @@ async def test_batch_records_and_crc(
             assert [a.offset for a in acks] == list(range(100))
             assert acks[1].correlation_id == "id-0"
             # A correlation id that is still in flight is refused before sending.
-            pending = await pub.publish_nowait(name, b"x", correlation_id="dup")
+            pending = await pub.publish_async(name, b"x", correlation_id="dup")
             with pytest.raises(InvalidArgumentError, match="already in flight"):
-                await pub.publish_nowait(name, b"y", correlation_id="dup")
+                await pub.publish_async(name, b"y", correlation_id="dup")
             assert (await pending) is not None
             results = await pub.publish_batch(
                 name,
@@ -191,10 +197,12 @@ async def test_too_large_for_nats_is_refused_before_sending(
 ) -> None:
     async with Publisher(nats_client) as pub:
         before = nats_client.stats["out_msgs"]
-        with pytest.raises(MessageTooLargeError, match="max_payload"):
+        with pytest.raises(MaxPayloadExceededError, match="max_payload"):
             await pub.publish(unique_name("big"), b"x" * nats_client.max_payload)
-        with pytest.raises(MessageTooLargeError):
-            await pub.publish_nowait(unique_name("big"), b"x" * (nats_client.max_payload + 1))
+        with pytest.raises(MaxPayloadExceededError) as info:
+            await pub.publish_async(unique_name("big"), b"x" * (nats_client.max_payload + 1))
+        assert isinstance(info.value, MessageTooLargeError | LocalError)
+        assert not info.value.maybe_stored
         assert nats_client.stats["out_msgs"] == before
         assert pub.pending == 0 and pub.stats.published == 0
 
@@ -220,20 +228,22 @@ async def test_close_waits_for_acks_then_fails_the_rest(
         await client.create_stream(name, name)
     pub = Publisher(nats_client, no_responders=False)
     await pub.start()
-    acked = [await pub.publish_nowait(name, b"%d" % i) for i in range(200)]
-    lost = await pub.publish_nowait(unique_name("void"), b"never acked", timeout=60)
+    acked = [await pub.publish_async(name, b"%d" % i) for i in range(200)]
+    lost = await pub.publish_async(unique_name("void"), b"never acked", timeout=60)
     started = time.monotonic()
     await pub.close(timeout=0.5)
     assert 0.4 < time.monotonic() - started < 5
     assert all(isinstance(f.result(), Ack) for f in acked)  # acked during close
-    with pytest.raises(PublisherClosedError, match="may or may not have been stored"):
+    # Sent and never acked: maybe stored, so not "closed, not sent".
+    with pytest.raises(AckLostError, match="may or may not have been stored") as info:
         lost.result()
+    assert info.value.maybe_stored and not isinstance(info.value, PublisherClosedError)
     assert pub.closed and pub.pending == 0
     await pub.close()  # idempotent
     with pytest.raises(PublisherClosedError):
         await pub.publish(name, b"late")
     with pytest.raises(PublisherClosedError):
-        await pub.publish_nowait(name, b"late")
+        await pub.publish_async(name, b"late")
     # The ack subscription is gone: nothing of the publisher is left on the connection.
     assert not any(s.subject.startswith("_INBOX.") for s in nats_client._subs.values())
 
@@ -247,7 +257,7 @@ async def test_backpressure_bounds_inflight(
     async with Publisher(nats_client, max_inflight=8) as pub:
         futures = []
         for i in range(500):
-            futures.append(await pub.publish_nowait(name, b"%d" % i))
+            futures.append(await pub.publish_async(name, b"%d" % i))
             assert pub.pending <= 8
         acks = acked(await asyncio.gather(*futures))
     assert [a.offset for a in acks] == list(range(500))

@@ -9,11 +9,8 @@ from typing import Any
 import pytest
 from _publisher_helpers import acked
 
+from liftbridge_nats import AckPolicy, Client, NoRespondersError, Publisher
 from liftbridge_nats._natscompat import is_installed
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import NoRespondersError
-from liftbridge_nats.messages import AckPolicy
-from liftbridge_nats.publisher import Publisher
 
 
 async def test_two_publishers_share_one_dispatcher_and_leave_no_trace(

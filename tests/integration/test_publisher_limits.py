@@ -10,15 +10,20 @@ import nats
 import pytest
 from _publisher_helpers import read_all
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import (
+from liftbridge_nats import (
+    Ack,
     AckTimeoutError,
+    Client,
     LiftbridgeError,
+    LocalError,
+    MaxBytesExceededError,
+    MaxPayloadExceededError,
     MessageTooLargeError,
+    Publisher,
     PublisherClosedError,
+    PublishRejectedError,
+    RemoteError,
 )
-from liftbridge_nats.messages import Ack
-from liftbridge_nats.publisher import Publisher
 
 # On containers, tests that keep a nats-py client connected across a NATS kill use host
 # networking: through a published port docker-proxy accepts and then drops reconnect
@@ -26,7 +31,7 @@ from liftbridge_nats.publisher import Publisher
 NATS_FAULT_NETWORK = "host"
 
 
-async def test_server_too_large_ack_is_the_same_error(liftbridge_cluster_factory: Any) -> None:
+async def test_too_large_for_the_server_or_for_nats(liftbridge_cluster_factory: Any) -> None:
     config = {"clustering.replication.max.bytes": 4096}
     async with liftbridge_cluster_factory(1, liftbridge_config=config) as cluster:
         nc = await nats.connect(cluster.nats_url)
@@ -34,12 +39,18 @@ async def test_server_too_large_ack_is_the_same_error(liftbridge_cluster_factory
             async with Client(cluster.brokers) as client, Publisher(nc) as pub:
                 await client.create_stream("big", "big")
                 assert await pub.publish("big", b"x" * 1000) is not None
+                # Both limits are caught as MessageTooLargeError; the server's is its
+                # answer (an ack error), NATS's is found here before sending.
                 with pytest.raises(MessageTooLargeError) as server_side:
                     await pub.publish("big", b"x" * 8000)
                 assert "clustering.replication.max.bytes" in str(server_side.value)
+                assert type(server_side.value) is MaxBytesExceededError
+                assert isinstance(server_side.value, PublishRejectedError | RemoteError)
                 with pytest.raises(MessageTooLargeError) as client_side:
                     await pub.publish("big", b"x" * (nc.max_payload + 1))
-                assert type(server_side.value) is type(client_side.value)
+                assert type(client_side.value) is MaxPayloadExceededError
+                assert isinstance(client_side.value, LocalError)
+                assert not server_side.value.maybe_stored and not client_side.value.maybe_stored
                 assert pub.stats.rejected == 1
                 assert [m.value for m in await read_all(client, "big")] == [b"x" * 1000]
         finally:
@@ -63,7 +74,7 @@ async def test_publishes_during_a_nats_outage_never_hang_nor_lie(
                     await cluster.kill_nats()
                     futures = []
                     for i in range(200):
-                        futures.append(await pub.publish_nowait("out", b"m%d" % i))
+                        futures.append(await pub.publish_async("out", b"m%d" % i))
                         await asyncio.sleep(0.005)  # spread over the 1.5 s outage
                     await asyncio.sleep(0.5)
                     await cluster.restart_nats()
@@ -106,7 +117,7 @@ async def test_publish_while_nats_is_down_ends_by_its_deadline(
             with pytest.raises(AckTimeoutError):
                 await pub.publish("down", b"during")
             assert time.monotonic() - started < 2.5  # its own deadline, not NATS's
-            buffered = await pub.publish_nowait("down", b"kept", timeout=30)
+            buffered = await pub.publish_async("down", b"kept", timeout=30)
             assert pub.stats.buffered == 1
             await pub.close(timeout=0.2)
             with pytest.raises(PublisherClosedError):

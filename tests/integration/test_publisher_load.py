@@ -11,9 +11,7 @@ import nats
 import pytest
 from _publisher_helpers import acked, read_all, user_headers
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.messages import AckPolicy
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import AckPolicy, Client, Publisher
 
 pytestmark = pytest.mark.slow
 

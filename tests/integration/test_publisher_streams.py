@@ -5,20 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
-from _publisher_helpers import eventually, read_all
+from _publisher_helpers import acked, eventually, nats_subscribers, read_all
 from nats.aio.client import Client as NATS
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import InvalidArgumentError, NoRespondersError, NoSuchStreamError
-from liftbridge_nats.partitioning import (
+from liftbridge_nats import (
+    Client,
+    IncorrectOffsetError,
+    InvalidArgumentError,
     KeyPartitioner,
+    NoRespondersError,
+    NoSuchStreamError,
+    Publisher,
     RoundRobinPartitioner,
     partition_subject,
 )
-from liftbridge_nats.publisher import Publisher
 from liftbridge_nats.testing import LocalCluster
 
 
@@ -41,6 +44,7 @@ async def test_key_partitioning_on_three_partitions(
                 # partition; message_subject is the NATS subject the message went to.
                 assert ack.partition_subject == subject
                 assert ack.message_subject == partition_subject(subject, expected)
+                assert ack.partition == expected
             # The same key always lands on the same partition.
             again = await pub.publish_to_stream(
                 name, b"again", key=b"user-7", partitioner=KeyPartitioner()
@@ -69,12 +73,14 @@ async def test_round_robin_explicit_and_default_partitions(
                 ack = await pub.publish_to_stream(name, b"%d" % i, partitioner=rr)
                 assert ack is not None
                 subjects.append(ack.message_subject)
+                assert ack.partition == i % 3
             assert subjects == [name, f"{name}.1", f"{name}.2"] * 2
             explicit = await pub.publish_to_stream(name, b"p2", partition=2)
             assert explicit is not None and explicit.message_subject == f"{name}.2"
             # Neither a partition nor a partitioner: partition 0, as in the Go client.
             default = await pub.publish_to_stream(name, b"p0", key=b"anything")
             assert default is not None and default.message_subject == name
+            assert default.partition == 0
             chosen = await pub.publish_to_stream(name, b"fn", partitioner=lambda k, v, n: n - 1)
             assert chosen is not None and chosen.message_subject == f"{name}.2"
             with pytest.raises(InvalidArgumentError, match="partition 3"):
@@ -84,6 +90,41 @@ async def test_round_robin_explicit_and_default_partitions(
         async with Publisher(nats_client) as no_client:
             with pytest.raises(InvalidArgumentError, match="client"):
                 await no_client.publish_to_stream(name, b"x")
+            with pytest.raises(InvalidArgumentError, match="client"):
+                await no_client.publish_to_stream_async(name, b"x")
+
+
+async def test_publish_to_stream_async_pipelines_by_stream(
+    liftbridge_cluster: LocalCluster, nats_client: NATS, unique_name: Callable[[str], str]
+) -> None:
+    name = unique_name("sasync")
+    subject = unique_name("subj")
+    keys = [b"k%d" % i for i in range(60)]
+    async with Client(liftbridge_cluster.brokers) as client:
+        await client.create_stream(subject, name, partitions=3)
+        async with Publisher(nats_client, client=client) as pub:
+            part = KeyPartitioner()
+            futures = [
+                await pub.publish_to_stream_async(name, b"v-" + key, key=key, partitioner=part)
+                for key in keys
+            ]
+            acks = acked(await asyncio.gather(*futures))
+            for key, ack in zip(keys, acks, strict=True):
+                assert ack.stream == name and ack.partition == zlib.crc32(key) % 3
+                assert ack.message_subject == partition_subject(subject, ack.partition)
+            explicit = await pub.publish_to_stream_async(name, b"p2", partition=2)
+            last = await explicit
+            assert last is not None and last.partition == 2
+            with pytest.raises(InvalidArgumentError, match="partition 3"):
+                await pub.publish_to_stream_async(name, b"x", partition=3)
+            with pytest.raises(NoSuchStreamError):
+                await pub.publish_to_stream_async(unique_name("missing"), b"x")
+        placed = {p: await read_all(client, name, p) for p in range(3)}
+    for partition, messages in placed.items():
+        offsets = sorted(a.offset for a in [*acks, last] if a.partition == partition)
+        assert [m.offset for m in messages] == offsets
+        assert all(m.partition == partition for m in messages)
+    assert sum(len(m) for m in placed.values()) == len(keys) + 1
 
 
 async def test_auto_paused_partition_is_resumed_and_nothing_is_lost(
@@ -112,6 +153,66 @@ async def test_auto_paused_partition_is_resumed_and_nothing_is_lost(
             assert third is not None and third.offset == 2
         stored = await read_all(client, name)
     assert [m.value for m in stored] == [b"first", b"second", b"third"]
+
+
+async def test_publish_to_stream_async_resumes_a_paused_partition_in_the_background(
+    liftbridge_cluster: LocalCluster, nats_client: NATS, unique_name: Callable[[str], str]
+) -> None:
+    name = unique_name("apause")
+
+    def partition_unsubscribed(partition: int) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            subject = partition_subject(name, partition)
+            return await nats_subscribers(liftbridge_cluster, subject) == 0
+
+        return check
+
+    async with Client(liftbridge_cluster.brokers) as client:
+        await client.create_stream(name, name, partitions=2)
+        async with Publisher(nats_client, client=client) as pub:
+            assert await (await pub.publish_to_stream_async(name, b"first")) is not None
+            await client.pause_stream(name, [0])
+            await eventually(partition_unsubscribed(0))
+            # Sent once: the future says "not stored" and the partition is resumed
+            # behind it, so that later messages get through.
+            with pytest.raises(NoRespondersError):
+                await (await pub.publish_to_stream_async(name, b"dropped"))
+
+            async def accepted() -> bool:
+                try:
+                    await pub.publish(name, b"probe")
+                except NoRespondersError:
+                    return False
+                return True
+
+            await eventually(accepted, within=15)
+        # With retry=True the message itself is sent again until the resume lets it in.
+        async with Publisher(nats_client, client=client, retry=True) as pub:
+            await client.pause_stream(name, [1])
+            await eventually(partition_unsubscribed(1))
+            ack = await (await pub.publish_to_stream_async(name, b"second", partition=1))
+            assert ack is not None and ack.partition == 1 and ack.offset == 0
+            assert pub.stats.no_responders >= 1
+        assert [m.value for m in await read_all(client, name, 0)] == [b"first", b"probe"]
+        assert [m.value for m in await read_all(client, name, 1)] == [b"second"]
+
+
+async def test_publish_to_stream_sends_a_refused_message_once(
+    liftbridge_cluster: LocalCluster, nats_client: NATS, unique_name: Callable[[str], str]
+) -> None:
+    # Only "not stored, retry after fresh metadata" (nobody listened) is sent again;
+    # a rejection is the server's answer and goes to the caller at once.
+    name = unique_name("occ")
+    async with Client(liftbridge_cluster.brokers) as client:
+        await client.create_stream(name, name, optimistic_concurrency_control=True)
+        async with Publisher(nats_client, client=client) as pub:
+            ack = await pub.publish_to_stream(name, b"a", expected_offset=0)
+            assert ack is not None and ack.offset == 0
+            with pytest.raises(IncorrectOffsetError) as info:
+                await pub.publish_to_stream(name, b"b", expected_offset=0, timeout=10)
+            assert not info.value.retriable and not info.value.maybe_stored
+            assert pub.stats.resent == 0 and pub.stats.rejected == 1
+        assert [m.value for m in await read_all(client, name)] == [b"a"]
 
 
 async def test_concurrent_stream_publishes_keep_order_per_key(

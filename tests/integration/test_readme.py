@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from liftbridge_nats import Metadata
 from liftbridge_nats.cli import main
-from liftbridge_nats.metadata import Metadata
 from liftbridge_nats.testing import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +52,7 @@ def _clean_env() -> dict[str, str]:
 
 def _check_output(out: str) -> None:
     # KeyPartitioner puts b"cust-7" on partition 1 (CRC-32 of the key mod 3).
-    match = re.search(r"^stored on orders\.1 at offset (\d+)$", out, re.M)
+    match = re.search(r"^stored in partition 1 at offset (\d+)$", out, re.M)
     assert match, out
     assert f"1 {match.group(1)} b'cust-7' b'2 x espresso'" in out.splitlines(), out
 

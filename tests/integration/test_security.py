@@ -29,9 +29,14 @@ import nats.errors
 import nkeys
 import pytest
 
-from liftbridge_nats.client import Client, TLSConfig
-from liftbridge_nats.errors import LiftbridgeError
-from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
+from liftbridge_nats import (
+    AckPolicy,
+    Client,
+    LiftbridgeError,
+    StartPosition,
+    StopPosition,
+    TLSConfig,
+)
 from liftbridge_nats.testing import LocalCluster, find_nats_server
 from liftbridge_nats.testing._certs import TestCertificates, generate_certificates
 
@@ -92,7 +97,7 @@ async def _roundtrip_existing(
     nc: Any, brokers: list[str], name: str, tls: TLSConfig | None = None, *, retry: bool = False
 ) -> None:
     """Publish one ALL-acked message to an existing stream and read it back."""
-    from liftbridge_nats.publisher import Publisher
+    from liftbridge_nats import Publisher
 
     async with Publisher(nc, ack_timeout=10, retry=retry) as pub:
         ack = await pub.publish(name, b"secure hello", ack_policy=AckPolicy.ALL)

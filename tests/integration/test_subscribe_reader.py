@@ -13,10 +13,14 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import ClientClosedError
-from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import (
+    AckPolicy,
+    Client,
+    ClientClosedError,
+    Publisher,
+    StartPosition,
+    StopPosition,
+)
 
 
 def open_calls(client: Client) -> int:
@@ -33,7 +37,7 @@ async def until_no_open_call(client: Client, within: float = 5.0) -> None:
 async def fill(nats_client: Any, name: str, count: int) -> None:
     async with Publisher(nats_client) as pub:
         futures = [
-            await pub.publish_nowait(name, b"%d" % i, ack_policy=AckPolicy.LEADER)
+            await pub.publish_async(name, b"%d" % i, ack_policy=AckPolicy.LEADER)
             for i in range(count)
         ]
         await asyncio.gather(*futures)
@@ -46,7 +50,7 @@ async def test_no_call_outlives_aclose_or_the_client(
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name)
         for i in range(5):
-            await client.publish(name, b"%d" % i)
+            await client.publish_to_stream(name, b"%d" % i)
         threads = threading.active_count()
 
         # Closed by `async with` in the middle of the stream.
@@ -144,7 +148,7 @@ async def test_a_dropped_subscription_cancels_its_call(
     name = unique_name("dropped")
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name)
-        await client.publish(name, b"x")
+        await client.publish_to_stream(name, b"x")
         sub = client.subscribe(name, start_position=StartPosition.EARLIEST)
         assert (await asyncio.wait_for(anext(sub), 10)).value == b"x"
         assert open_calls(client) == 1

@@ -23,10 +23,14 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import NoRespondersError, SerializationError
-from liftbridge_nats.partitioning import KeyPartitioner, partition_subject
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats import (
+    Client,
+    KeyPartitioner,
+    NoRespondersError,
+    Publisher,
+    SerializationError,
+    partition_subject,
+)
 from liftbridge_nats.serializers import (
     JsonDeserializer,
     JsonSerializer,
@@ -110,6 +114,44 @@ async def test_a_publish_under_a_span_stores_its_trace_and_the_span_has_the_ack(
     )
 
 
+async def test_publish_to_stream_async_serializes_once_and_its_span_names_the_partition(
+    liftbridge_cluster: LocalCluster,
+    nats_client: NATS,
+    unique_name: Callable[[str], str],
+    traced: Traced,
+) -> None:
+    provider, exporter = traced
+    name = unique_name("asyncstream")
+    async with Client(liftbridge_cluster.brokers) as client:
+        await client.create_stream(name, name, partitions=3)
+        async with Publisher(
+            nats_client,
+            client=client,
+            tracing=provider,
+            metrics=False,
+            value_serializer=JsonSerializer(),
+            key_serializer=StringSerializer(),
+        ) as pub:
+            future = await pub.publish_to_stream_async(
+                name, {"n": 1}, key="customer-7", partitioner=KeyPartitioner()
+            )
+            ack = await future
+            with pytest.raises(SerializationError):
+                await pub.publish_to_stream_async(name, object(), partition=0)
+            assert pub.stats.published == 1
+        assert ack is not None
+        expected = zlib.crc32(b"customer-7") % 3
+        assert ack.partition == expected
+        (stored,) = await read_all(client, name, expected)
+    assert (stored.key, stored.value) == (b"customer-7", b'{"n":1}')
+    (span,) = producer_spans(exporter)
+    assert attributes(span)["messaging.destination.name"] == name
+    assert attributes(span)["messaging.destination.partition.id"] == str(expected)
+    assert attributes(span)["messaging.liftbridge.offset"] == stored.offset
+    assert span.context is not None
+    assert stored.headers["traceparent"].split(b"-")[2] == f"{span.context.span_id:016x}".encode()
+
+
 async def test_no_responders_is_recorded_on_the_span(
     liftbridge_cluster: LocalCluster,
     nats_client: NATS,
@@ -123,7 +165,7 @@ async def test_no_responders_is_recorded_on_the_span(
             await pub.publish(nowhere, b"x")
     (span,) = producer_spans(exporter)
     assert span.status.status_code is StatusCode.ERROR
-    assert attributes(span)["error.type"] == "liftbridge_nats.errors.NoRespondersError"
+    assert attributes(span)["error.type"] == "liftbridge_nats.NoRespondersError"
     assert attributes(span)["messaging.destination.name"] == nowhere
     assert "messaging.liftbridge.offset" not in attributes(span)
     (event,) = span.events
@@ -206,9 +248,7 @@ async def test_metrics_count_real_publishes_exactly(
         seen = metric_values(reader)
         assert seen["messaging.client.sent.messages"] == {"": 53}
         assert seen["liftbridge.publisher.acked"] == {"": 50}
-        assert seen["liftbridge.publisher.failed"] == {
-            "liftbridge_nats.errors.NoRespondersError": 3
-        }
+        assert seen["liftbridge.publisher.failed"] == {"liftbridge_nats.NoRespondersError": 3}
         assert seen["liftbridge.publisher.no_responders"] == {"": 3}
         assert seen["liftbridge.publisher.resent"] == {"": 0}
         latency = seen["messaging.client.operation.duration"][""]
@@ -301,7 +341,7 @@ async def test_a_value_that_cannot_be_serialized_sends_nothing(
                 await pub.publish(name, object())
             assert raised.value.what == "value"
             with pytest.raises(SerializationError):
-                await pub.publish_nowait(name, {"id": object()})
+                await pub.publish_async(name, {"id": object()})
             with pytest.raises(SerializationError):
                 await pub.publish_to_stream(name, object(), partitioner=KeyPartitioner())
             after = pub.stats

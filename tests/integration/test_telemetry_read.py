@@ -24,11 +24,17 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from liftbridge_nats import (
+    AckPolicy,
+    Client,
+    Consumer,
+    DeserializationError,
+    LiftbridgeError,
+    Message,
+    StartPosition,
+    StreamPartition,
+)
 from liftbridge_nats._proto import api_pb2
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import DeserializationError, LiftbridgeError
-from liftbridge_nats.groups import Consumer, StreamPartition
-from liftbridge_nats.messages import AckPolicy, Message, StartPosition
 from liftbridge_nats.serializers import MsgspecDeserializer, StringDeserializer
 from liftbridge_nats.testing import LocalCluster
 from liftbridge_nats.tracing import consumer_span, inject_context
@@ -50,7 +56,9 @@ async def test_a_refused_value_is_raised_mid_stream_and_the_subscription_goes_on
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name)
         for i in range(5):
-            await client.publish(name, b"not an order" if i == 2 else order(i), key=b"k%d" % i)
+            await client.publish_to_stream(
+                name, b"not an order" if i == 2 else order(i), key=b"k%d" % i
+            )
         sub = client.subscribe(
             name,
             start_position=StartPosition.EARLIEST,
@@ -95,8 +103,8 @@ async def test_a_consumer_delivers_a_refused_value_as_an_error_and_commits_past_
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name, partitions=2)
         for i in range(4):  # partition 0: 0, 1 (bad), 2, 3; partition 1: 0, 1, 2, 3
-            await client.publish(name, b"{oops" if i == 1 else order(i), partition=0)
-            await client.publish(name, order(10 + i), partition=1)
+            await client.publish_to_stream(name, b"{oops" if i == 1 else order(i), partition=0)
+            await client.publish_to_stream(name, order(10 + i), partition=1)
         p0, p1 = StreamPartition(name, 0), StreamPartition(name, 1)
 
         # getmany: the messages before the refused one come first, then the error;
@@ -213,7 +221,7 @@ async def test_read_metrics_count_messages_and_bytes_per_partition(
         await client.create_stream(name, name, partitions=2)
         for partition, values in sizes.items():
             for size in values:
-                await client.publish(
+                await client.publish_to_stream(
                     name, b"v" * size, partition=partition, key=b"key", headers={"h": b"x" * 50}
                 )
         for partition, values in sizes.items():
@@ -271,7 +279,7 @@ async def test_consumed_messages_carry_the_producers_trace_context(
         for i in range(4):
             with provider.get_tracer("shop").start_as_current_span(f"checkout {i}") as request:
                 headers = inject_context({"app": b"shop"})
-                await client.publish(name, b"%d" % i, partition=i % 2, headers=headers)
+                await client.publish_to_stream(name, b"%d" % i, partition=i % 2, headers=headers)
             requests.append(request.get_span_context())
         async with client.consumer(unique_name("g"), [name], assignment_interval=0.3) as consumer:
             batches: dict[StreamPartition, list[Message]] = {}
@@ -351,7 +359,7 @@ async def test_a_leader_fail_over_is_logged(
     ):
         await client.create_stream(name, name, replication_factor=3)
         for i in range(20):
-            await client.publish(name, b"%d" % i, ack_policy=AckPolicy.ALL, timeout=20)
+            await client.publish_to_stream(name, b"%d" % i, ack_policy=AckPolicy.ALL, timeout=20)
         leader = (await client.fetch_partition_metadata(name, 0)).leader
         consumer = client.consumer(group, [name], assignment_interval=0.3)
         sub = client.subscribe(name, start_position=StartPosition.EARLIEST)
@@ -362,7 +370,7 @@ async def test_a_leader_fail_over_is_logged(
             offset = -1
             while offset < 0:
                 try:
-                    ack = await client.publish(name, b"after", timeout=2.0)
+                    ack = await client.publish_to_stream(name, b"after", timeout=2.0)
                     offset = -1 if ack is None else ack.offset
                 except LiftbridgeError:
                     await asyncio.sleep(0.2)

@@ -22,10 +22,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from liftbridge_nats import Client, DeserializationError, Publisher
 from liftbridge_nats._tracing import publish_tracer
-from liftbridge_nats.client import Client
-from liftbridge_nats.errors import DeserializationError
-from liftbridge_nats.publisher import Publisher
 from liftbridge_nats.serializers import (
     MsgspecDeserializer,
     MsgspecSerializer,
@@ -41,8 +39,7 @@ import asyncio, json, sys
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from liftbridge_nats.client import Client
-from liftbridge_nats.messages import StartPosition, StopPosition
+from liftbridge_nats import Client, StartPosition, StopPosition
 from liftbridge_nats.tracing import consumer_span
 
 async def main(brokers, stream):

@@ -9,8 +9,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from liftbridge_nats.client import Client
-from liftbridge_nats.messages import Ack, AckPolicy, Message, StartPosition, StopPosition
+from liftbridge_nats import Ack, AckPolicy, Client, Message, StartPosition, StopPosition
 
 T = TypeVar("T")
 
@@ -53,7 +52,7 @@ def delete_stream(cluster: Any, stream: str) -> None:
 async def _publish(brokers: Sequence[str], stream: str, records: Sequence[Record]) -> list[Ack]:
     async with Client(list(brokers)) as client:
         futs = [
-            await client.publish_async(
+            await client.publish_to_stream_async(
                 stream,
                 r.value,
                 key=r.key,

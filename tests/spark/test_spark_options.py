@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from liftbridge_nats.errors import InvalidArgumentError
-from liftbridge_nats.messages import AckPolicy
+from liftbridge_nats import AckPolicy, InvalidArgumentError
 from liftbridge_nats.spark._options import (
     StreamSelection,
     parse_read_options,

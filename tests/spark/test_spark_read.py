@@ -125,7 +125,7 @@ def test_starting_timestamp(spark: Any, liftbridge_cluster: Any, unique_name: An
 def test_paused_partitions(spark: Any, liftbridge_cluster: Any, unique_name: Any) -> None:
     from spark_helpers import run
 
-    from liftbridge_nats.client import Client
+    from liftbridge_nats import Client
 
     stream = unique_name("paused")
     create_stream(liftbridge_cluster, stream, 2)

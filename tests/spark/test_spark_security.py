@@ -18,8 +18,7 @@ from typing import Any
 import nkeys
 import pytest
 
-from liftbridge_nats.client import Client, TLSConfig
-from liftbridge_nats.messages import AckPolicy, StartPosition, StopPosition
+from liftbridge_nats import AckPolicy, Client, StartPosition, StopPosition, TLSConfig
 from liftbridge_nats.testing import LocalCluster
 from liftbridge_nats.testing._certs import TestCertificates, generate_certificates
 
@@ -125,7 +124,7 @@ def _create(
         async with Client(cluster.brokers, tls=tls) as client:
             await client.create_stream(stream, stream, partitions=2)
             for i, v in enumerate(values):
-                await client.publish(stream, v, partition=i % 2, ack_policy=AckPolicy.ALL)
+                await client.publish_to_stream(stream, v, partition=i % 2, ack_policy=AckPolicy.ALL)
 
     asyncio.run(go())
 

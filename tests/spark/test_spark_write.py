@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from spark_helpers import Record, create_stream, publish, read_all
 
-from liftbridge_nats.errors import InvalidArgumentError, PublishError
+from liftbridge_nats import InvalidArgumentError, PublishError
 from liftbridge_nats.spark import LiftbridgeCommitMessage, LiftbridgeDataSource
 from liftbridge_nats.testing import LocalCluster
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from liftbridge_nats.acks import no_responders_exception
+from liftbridge_nats._acks import no_responders_exception
 from liftbridge_nats.cli._hints import _REWRITES, cli_hints
 
 PACKAGE = Path(__file__).resolve().parents[2] / "liftbridge_nats"

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from liftbridge_nats import errors
-from liftbridge_nats.errors import (
+import liftbridge_nats
+from liftbridge_nats import (
+    AckError,
     AckTimeoutError,
     LiftbridgeError,
     LocalError,
@@ -24,7 +25,7 @@ from liftbridge_nats.errors import (
     for_ack_error,
     for_grpc_status,
 )
-from liftbridge_nats.messages import AckError
+from liftbridge_nats import _errors as errors
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -35,6 +36,12 @@ CLASSES = [
     for name in errors.__all__
     if isinstance(obj := getattr(errors, name), type) and issubclass(obj, LiftbridgeError)
 ]
+
+
+def test_every_error_name_is_importable_from_the_root() -> None:
+    assert set(errors.__all__) <= set(liftbridge_nats.__all__)
+    for name in errors.__all__:
+        assert getattr(liftbridge_nats, name) is getattr(errors, name)
 
 
 @pytest.mark.parametrize("cls", [c for c in CLASSES if c not in BASES], ids=lambda c: c.__name__)

@@ -102,10 +102,10 @@ def test_publisher_counters_are_read_from_the_sources(
 ) -> None:
     metrics = Metrics(provider)
     a = Counts(published=10, acked=7, resent=2, no_responders=1, inflight=3, buffered_bytes=50)
-    a.failed["liftbridge_nats.errors.AckTimeoutError"] = 1
+    a.failed["liftbridge_nats.AckTimeoutError"] = 1
     b = Counts(published=5, acked=5)
-    b.failed["liftbridge_nats.errors.AckTimeoutError"] = 2
-    b.failed["liftbridge_nats.errors.MessageTooLargeError"] = 1
+    b.failed["liftbridge_nats.AckTimeoutError"] = 2
+    b.failed["liftbridge_nats.MessageTooLargeError"] = 1
     metrics.register_publisher(a)
     metrics.register_publisher(b)
     seen = collect(reader)
@@ -117,8 +117,8 @@ def test_publisher_counters_are_read_from_the_sources(
     assert only(seen["liftbridge.publisher.buffered"]) == 50
     failed = {attrs["error.type"]: value for attrs, value in seen["liftbridge.publisher.failed"]}
     assert failed == {
-        "liftbridge_nats.errors.AckTimeoutError": 3,
-        "liftbridge_nats.errors.MessageTooLargeError": 1,
+        "liftbridge_nats.AckTimeoutError": 3,
+        "liftbridge_nats.MessageTooLargeError": 1,
     }
     # Counting goes on between collections: the next one sees the new totals.
     a.published += 100

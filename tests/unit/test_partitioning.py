@@ -7,14 +7,14 @@ import zlib
 
 import pytest
 
-from liftbridge_nats.errors import InvalidArgumentError
-from liftbridge_nats.partitioning import (
+from liftbridge_nats import (
+    InvalidArgumentError,
     KeyPartitioner,
     RandomPartitioner,
     RoundRobinPartitioner,
-    choose_partition,
     partition_subject,
 )
+from liftbridge_nats._partitioning import choose_partition
 
 # Produced by Go's hash/crc32.ChecksumIEEE, the hasher go-liftbridge v2.3.0's key
 # partitioner uses (message.go: keyPartitioner, hasher = crc32.ChecksumIEEE), with the

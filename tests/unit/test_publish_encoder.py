@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from liftbridge_nats import Ack, AckError, AckPolicy
 from liftbridge_nats._proto import api_pb2
 from liftbridge_nats.envelope import MsgType, decode, encode
-from liftbridge_nats.messages import Ack, AckError, AckPolicy
 from liftbridge_nats.wire import (
     PublishEncoder,
     ack_from_proto,

@@ -7,21 +7,21 @@ import asyncio
 
 import pytest
 
-from liftbridge_nats._inflight import CID, DEADLINE, FUTURE, AckFuture, Flight, InflightLedger
-from liftbridge_nats._memtransport import MemoryTransport
-from liftbridge_nats._proto import api_pb2
-from liftbridge_nats.acks import AckListener
-from liftbridge_nats.envelope import MsgType, encode
-from liftbridge_nats.errors import (
+from liftbridge_nats import (
+    Ack,
     EncryptionError,
     IncorrectOffsetError,
-    MessageTooLargeError,
+    MaxBytesExceededError,
     NoRespondersError,
     PublisherClosedError,
     PublishRejectedError,
     RetriedIncorrectOffsetError,
 )
-from liftbridge_nats.messages import Ack
+from liftbridge_nats._acks import AckListener
+from liftbridge_nats._inflight import CID, DEADLINE, FUTURE, AckFuture, Flight, InflightLedger
+from liftbridge_nats._memtransport import MemoryTransport
+from liftbridge_nats._proto import api_pb2
+from liftbridge_nats.envelope import MsgType, encode
 
 
 def _flight(loop: asyncio.AbstractEventLoop, cid: str, in_seconds: float) -> Flight:
@@ -145,7 +145,7 @@ async def test_listener_settles_and_counts_everything_else() -> None:
     assert isinstance(ok, Ack) and ok.offset == 9 and ok.correlation_id == "ok"
     for cid, exc_type in [
         ("occ", IncorrectOffsetError),
-        ("big", MessageTooLargeError),
+        ("big", MaxBytesExceededError),
         ("enc", EncryptionError),
         ("unk", PublishRejectedError),
         ("gone", NoRespondersError),

@@ -11,17 +11,20 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats._memtransport import MemoryTransport, Sent, auto_ack
-from liftbridge_nats.errors import (
+from liftbridge_nats import (
+    Ack,
+    AckError,
+    AckLostError,
+    AckPolicy,
     AckTimeoutError,
     IncorrectOffsetError,
     InvalidArgumentError,
     NoRespondersError,
     NotConnectedError,
+    Publisher,
     PublisherClosedError,
 )
-from liftbridge_nats.messages import Ack, AckError, AckPolicy
-from liftbridge_nats.publisher import Publisher
+from liftbridge_nats._memtransport import MemoryTransport, Sent, auto_ack
 
 
 def _offsets(acks: Iterable[Ack | None]) -> list[int]:
@@ -45,7 +48,7 @@ async def test_messages_go_out_and_are_acked_in_publishing_order() -> None:
     transport = MemoryTransport(responder=auto_ack)
     async with Publisher(transport) as pub:
         assert pub.fast_path
-        futures = [await pub.publish_nowait("s", b"v%d" % i) for i in range(1000)]
+        futures = [await pub.publish_async("s", b"v%d" % i) for i in range(1000)]
         acks = await asyncio.gather(*futures)
         keyed = await pub.publish("s", b"k", key=b"key", headers={"h": b"1"})
     assert _offsets(acks) == list(range(1000))
@@ -68,11 +71,11 @@ async def test_fast_path_off_uses_the_public_path_with_the_same_results() -> Non
     assert pub.stats.fast_path_sent == 0 and pub.stats.public_api_sent == 100
 
 
-async def test_max_inflight_makes_publish_nowait_wait_for_acks() -> None:
+async def test_max_inflight_makes_publish_async_wait_for_acks() -> None:
     transport = MemoryTransport()
     async with Publisher(transport, max_inflight=4) as pub:
-        futures = [await pub.publish_nowait("s", b"x") for _ in range(4)]
-        fifth = asyncio.ensure_future(pub.publish_nowait("s", b"y"))
+        futures = [await pub.publish_async("s", b"x") for _ in range(4)]
+        fifth = asyncio.ensure_future(pub.publish_async("s", b"y"))
         await asyncio.sleep(0.02)
         assert not fifth.done() and pub.pending == 4
         for sent in transport.delivered[:2]:
@@ -126,7 +129,7 @@ async def test_cancelling_a_publish_that_waits_for_the_buffer_sends_nothing() ->
     transport = MemoryTransport(buffer_limit=150)
     async with Publisher(transport) as pub:
         transport.hold()
-        first = await pub.publish_nowait("s", b"x" * 100)
+        first = await pub.publish_async("s", b"x" * 100)
         waiting = asyncio.ensure_future(pub.publish("s", b"y" * 100))
         await asyncio.sleep(0.03)
         assert pub.pending == 2 and len(transport.buffer) == 1
@@ -144,13 +147,13 @@ async def test_cancelling_a_publish_that_waits_for_the_buffer_sends_nothing() ->
 async def test_close_waits_for_acks_then_fails_the_rest() -> None:
     transport = MemoryTransport()
     pub = await Publisher(transport).start()
-    answered = await pub.publish_nowait("s", b"a")
-    unanswered = await pub.publish_nowait("s", b"b")
+    answered = await pub.publish_async("s", b"a")
+    unanswered = await pub.publish_async("s", b"b")
     await asyncio.sleep(0)
     asyncio.get_running_loop().call_later(0.02, transport.ack, transport.delivered[0])
     await pub.close(timeout=0.1)
     assert _offset(await answered) == 0
-    with pytest.raises(PublisherClosedError):
+    with pytest.raises(AckLostError, match="may or may not have been stored"):
         await unanswered
     with pytest.raises(PublisherClosedError):
         await pub.publish("s", b"c")
@@ -163,7 +166,7 @@ async def test_messages_wait_for_a_reconnect_in_order() -> None:
     transport = MemoryTransport(responder=auto_ack)
     async with Publisher(transport, ack_timeout=2) as pub:
         transport.disconnect()
-        futures = [await pub.publish_nowait("s", b"v%d" % i) for i in range(20)]
+        futures = [await pub.publish_async("s", b"v%d" % i) for i in range(20)]
         await asyncio.sleep(0.05)
         assert pub.stats.buffered == 20 and not transport.delivered
         transport.reconnect()
@@ -178,11 +181,26 @@ async def test_closing_while_disconnected_fails_what_was_never_sent() -> None:
     transport = MemoryTransport()
     pub = await Publisher(transport).start()
     transport.disconnect()
-    future = await pub.publish_nowait("s", b"x")
+    future = await pub.publish_async("s", b"x")
     await pub.close(timeout=0)
-    with pytest.raises(PublisherClosedError, match=r"not sent|arrived"):
+    with pytest.raises(PublisherClosedError, match="it was not sent"):
         await future
     assert not transport.delivered
+
+
+async def test_closing_with_a_re_send_waiting_says_the_message_may_be_stored() -> None:
+    transport = MemoryTransport()
+    pub = await Publisher(transport, ack_timeout=0.05, retry=True, retry_deadline=10).start()
+    future = await pub.publish_async("s", b"x")
+    await asyncio.sleep(0)
+    assert len(transport.delivered) == 1  # the first copy went out
+    transport.disconnect()
+    await asyncio.sleep(0.15)  # no ack: the re-send waits for NATS to come back
+    assert pub.stats.buffered == 1
+    await pub.close(timeout=0)
+    with pytest.raises(AckLostError, match="may or may not have been stored") as info:
+        await future
+    assert info.value.maybe_stored and info.value.correlation_id == future.cid
 
 
 async def test_a_closed_connection_refuses_to_start_and_to_send() -> None:
@@ -230,7 +248,7 @@ async def test_an_ack_error_becomes_its_typed_exception_and_none_needs_no_ack() 
 async def test_flush_waits_for_every_ack() -> None:
     transport = MemoryTransport()
     async with Publisher(transport) as pub:
-        futures = [await pub.publish_nowait("s", b"x") for _ in range(10)]
+        futures = [await pub.publish_async("s", b"x") for _ in range(10)]
         flushing = asyncio.ensure_future(pub.flush())
         await asyncio.sleep(0.01)
         assert not flushing.done()
@@ -254,9 +272,9 @@ async def test_publish_works_with_await_gather_tasks_and_wait_for() -> None:
         with pytest.raises(TypeError):
             await bad
         # Waiting for the room in max_inflight takes a coroutine: still awaitable.
-        nowait = await pub.publish_nowait("s", b"e")
-        assert _offset(await nowait) == 4
-        done, _ = await asyncio.wait([await pub.publish_nowait("s", b"f")], timeout=1)
+        pending = await pub.publish_async("s", b"e")
+        assert _offset(await pending) == 4
+        done, _ = await asyncio.wait([await pub.publish_async("s", b"f")], timeout=1)
         assert len(done) == 1
 
 

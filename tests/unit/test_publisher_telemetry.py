@@ -24,16 +24,18 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from liftbridge_nats._memtransport import MemoryTransport, Sent, auto_ack
-from liftbridge_nats._tracing import error_type
-from liftbridge_nats.errors import (
+from liftbridge_nats import (
+    AckError,
+    AckPolicy,
     AckTimeoutError,
     IncorrectOffsetError,
     NoRespondersError,
+    Publisher,
+    PublishRecord,
     SerializationError,
 )
-from liftbridge_nats.messages import AckError, AckPolicy
-from liftbridge_nats.publisher import Publisher, PublishRecord
+from liftbridge_nats._memtransport import MemoryTransport, Sent, auto_ack
+from liftbridge_nats._tracing import error_type
 from liftbridge_nats.serializers import JsonSerializer, MsgspecSerializer, StringSerializer
 
 # The suite's `traced` fixture (tests/conftest.py): an SDK provider into memory.
@@ -95,7 +97,7 @@ async def test_each_message_gets_a_producer_span_whose_context_travels_in_its_he
             first = await pub.publish("orders", b"a")
             keyed = await pub.publish("orders", b"b", key=b"k", headers={"app": b"shop"})
             await pub.publish("orders", b"c", ack_policy=AckPolicy.NONE)
-            future = await pub.publish_nowait("orders", b"d", correlation_id="mine-1")
+            future = await pub.publish_async("orders", b"d", correlation_id="mine-1")
             await future
     assert first is not None and keyed is not None
     spans = producer_spans(exporter)
@@ -157,9 +159,9 @@ async def test_errors_are_recorded_on_the_span(traced: Traced) -> None:
             await waiting
     spans = producer_spans(exporter)
     assert [attributes(s)["error.type"] for s in spans] == [
-        "liftbridge_nats.errors.NoRespondersError",
-        "liftbridge_nats.errors.IncorrectOffsetError",
-        "liftbridge_nats.errors.AckTimeoutError",
+        "liftbridge_nats.NoRespondersError",
+        "liftbridge_nats.IncorrectOffsetError",
+        "liftbridge_nats.AckTimeoutError",
         "cancelled",
     ]
     assert all(s.status.status_code is StatusCode.ERROR for s in spans)
@@ -223,7 +225,7 @@ def test_an_sdk_configured_after_start_is_noticed_without_a_restart() -> None:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-        from liftbridge_nats import publisher
+        from liftbridge_nats import _publisher as publisher
         from liftbridge_nats._memtransport import MemoryTransport, auto_ack
 
         publisher._TELEMETRY_REFRESH = 0.02
@@ -261,7 +263,7 @@ def test_without_opentelemetry_installed_everything_still_works() -> None:
 
         sys.meta_path.insert(0, Blocker())
         from liftbridge_nats._memtransport import MemoryTransport, auto_ack
-        from liftbridge_nats.publisher import Publisher
+        from liftbridge_nats import Publisher
 
         async def main():
             transport = MemoryTransport(responder=auto_ack)
@@ -311,17 +313,17 @@ async def test_metrics_report_the_publishers_counters(metered: Metered) -> None:
             *(pub.publish("s", v) for v in values), return_exceptions=True
         )
         assert sum(isinstance(r, Exception) for r in results) == 6
-        held = await pub.publish_nowait("s", b"held", timeout=30)
+        held = await pub.publish_async("s", b"held", timeout=30)
         transport.disconnect()
-        waiting = await pub.publish_nowait("s", b"x" * 100)
+        waiting = await pub.publish_async("s", b"x" * 100)
         await asyncio.sleep(0.03)
         seen = metric_values(reader)
         assert seen["messaging.client.sent.messages"] == {"": 28}
         assert seen["liftbridge.publisher.acked"] == {"": 20}
         assert seen["liftbridge.publisher.failed"] == {
-            "liftbridge_nats.errors.NoRespondersError": 3,
-            "liftbridge_nats.errors.IncorrectOffsetError": 2,
-            "liftbridge_nats.errors.AckTimeoutError": 1,
+            "liftbridge_nats.NoRespondersError": 3,
+            "liftbridge_nats.IncorrectOffsetError": 2,
+            "liftbridge_nats.AckTimeoutError": 1,
         }
         assert seen["liftbridge.publisher.no_responders"] == {"": 3}
         assert seen["liftbridge.publisher.resent"] == {"": 0}
@@ -361,7 +363,7 @@ async def test_closing_with_messages_unacked_counts_them_as_failed(metered: Mete
     provider, reader = metered
     transport = MemoryTransport()  # nobody answers
     async with Publisher(transport, metrics=provider, tracing=False) as pub:
-        futures = [await pub.publish_nowait("s", b"x") for _ in range(5)]
+        futures = [await pub.publish_async("s", b"x") for _ in range(5)]
         await pub.close(timeout=0)
     errors = {error_type(e) for f in futures if (e := f.exception()) is not None}
     assert len(errors) == 1  # every one failed, all alike
@@ -385,7 +387,7 @@ async def test_values_and_keys_are_serialized_on_every_publish_path() -> None:
     )
     async with pub:
         await pub.publish("s", {"b": 1, "a": [2]}, key="k1")
-        await (await pub.publish_nowait("s", None))
+        await (await pub.publish_async("s", None))
         await pub.publish_batch(
             "s", [{"n": 1}, PublishRecord({"n": 2}, key="k2", headers={"h": b"v"})]
         )
@@ -422,7 +424,7 @@ async def test_a_value_the_serializer_refuses_sends_nothing(metered: Metered) ->
             await pub.publish("s", {1, 2})
         assert raised.value.what == "value" and raised.value.subject == "s"
         with pytest.raises(SerializationError):
-            await pub.publish_nowait("s", object())
+            await pub.publish_async("s", object())
         with pytest.raises(SerializationError):
             await pub.publish_batch("s", [{"ok": 1}, float("nan")])
         assert pub.pending == 0
@@ -494,7 +496,7 @@ async def test_an_outage_is_logged_once_and_the_reconnect_after_it(
     caplog.set_level(logging.INFO, logger="liftbridge_nats")
     async with Publisher(transport) as pub:
         transport.disconnect()
-        futures = [await pub.publish_nowait("s", b"x") for _ in range(10)]
+        futures = [await pub.publish_async("s", b"x") for _ in range(10)]
         await asyncio.sleep(0.1)
         transport.reconnect()
         await asyncio.gather(*futures)

@@ -14,11 +14,10 @@ import h2.connection
 import h2.events
 import pytest
 
+from liftbridge_nats import ClientClosedError, Message
 from liftbridge_nats._proto import api_pb2
 from liftbridge_nats._read_pool import ReadPool
 from liftbridge_nats._stream_reader import OPENED, CallStatusError, StreamEnd, StreamReader
-from liftbridge_nats.errors import ClientClosedError
-from liftbridge_nats.messages import Message
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -10,8 +10,7 @@ import grpc
 import grpc.aio
 import pytest
 
-from liftbridge_nats._router import Router
-from liftbridge_nats.errors import (
+from liftbridge_nats import (
     ClientClosedError,
     InvalidArgumentError,
     LiftbridgeError,
@@ -19,6 +18,7 @@ from liftbridge_nats.errors import (
     NotLeaderError,
     RpcTimeoutError,
 )
+from liftbridge_nats._router import Router
 
 if TYPE_CHECKING:
     from liftbridge_nats._router import Stub

@@ -10,14 +10,14 @@ import sys
 import msgspec
 import pytest
 
-from liftbridge_nats._proto import api_pb2
-from liftbridge_nats.errors import (
+from liftbridge_nats import (
     DeserializationError,
     InvalidArgumentError,
     LiftbridgeError,
+    Message,
     SerializationError,
 )
-from liftbridge_nats.messages import Message
+from liftbridge_nats._proto import api_pb2
 from liftbridge_nats.serializers import (
     Deserializer,
     Format,

@@ -23,6 +23,7 @@ import h2.errors
 import h2.events
 import pytest
 
+from liftbridge_nats import DeserializationError, Message, RpcError
 from liftbridge_nats._h2 import H2Connection
 from liftbridge_nats._metrics import ReadCell
 from liftbridge_nats._proto import api_pb2
@@ -35,8 +36,6 @@ from liftbridge_nats._stream_reader import (
     StreamEnd,
     StreamReader,
 )
-from liftbridge_nats.errors import DeserializationError, RpcError
-from liftbridge_nats.messages import Message
 from liftbridge_nats.serializers import JsonDeserializer, StringDeserializer
 from liftbridge_nats.wire import message_from_proto
 

@@ -19,9 +19,15 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from liftbridge_nats import (
+    Ack,
+    AckPolicy,
+    AckTimeoutError,
+    InvalidArgumentError,
+    Message,
+    MessageTooLargeError,
+)
 from liftbridge_nats._tracing import PublishTracer, consumer_span, error_type, publish_tracer
-from liftbridge_nats.errors import AckTimeoutError, InvalidArgumentError, MessageTooLargeError
-from liftbridge_nats.messages import Ack, AckPolicy, Message
 from liftbridge_nats.tracing import extract_context, inject_context
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -32,7 +38,7 @@ Traced: TypeAlias = tuple[TracerProvider, InMemorySpanExporter]
 
 def ack(offset: int = 41, stream: str = "orders") -> Ack:
     return Ack(
-        stream, "orders.1", "orders.1", offset, "_INBOX.x.ack", "c-1", AckPolicy.LEADER, 1, 2
+        stream, 1, "orders", "orders.1", offset, "_INBOX.x.ack", "c-1", AckPolicy.LEADER, 1, 2
     )
 
 
@@ -110,7 +116,7 @@ def test_errors_are_recorded(traced: Traced) -> None:
     tracer.finish(span, error=error)
     (done,) = exporter.get_finished_spans()
     assert done.status.status_code is StatusCode.ERROR
-    assert dict(done.attributes or {})["error.type"] == "liftbridge_nats.errors.AckTimeoutError"
+    assert dict(done.attributes or {})["error.type"] == "liftbridge_nats.AckTimeoutError"
     assert "messaging.liftbridge.offset" not in dict(done.attributes or {})
     (event,) = done.events
     assert event.name == "exception"
@@ -147,7 +153,7 @@ async def test_finisher_ends_the_span_when_the_ack_future_settles(traced: Traced
     assert dict(spans["c-0"].attributes or {})["messaging.liftbridge.offset"] == 3
     assert spans["c-0"].status.status_code is StatusCode.UNSET
     assert dict(spans["c-1"].attributes or {})["error.type"] == (
-        "liftbridge_nats.errors.MessageTooLargeError"
+        "liftbridge_nats.MessageTooLargeError"
     )
     assert dict(spans["c-2"].attributes or {})["error.type"] == "cancelled"
     assert spans["c-2"].status.status_code is StatusCode.ERROR
@@ -163,7 +169,7 @@ def test_tracing_argument() -> None:
 
 def test_error_type_is_the_qualified_class_name() -> None:
     assert error_type(ValueError()) == "builtins.ValueError"
-    assert error_type(AckTimeoutError("x")) == "liftbridge_nats.errors.AckTimeoutError"
+    assert error_type(AckTimeoutError("x")) == "liftbridge_nats.AckTimeoutError"
 
 
 # ------------------------------------------------------------------ propagation
@@ -369,7 +375,7 @@ def test_without_an_sdk_nothing_is_traced_until_one_is_configured() -> None:
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
         from liftbridge_nats._tracing import publish_tracer, sdk_configured
-        from liftbridge_nats.messages import Message
+        from liftbridge_nats import Message
         from liftbridge_nats.tracing import consumer_span
 
         tracer = publish_tracer(True)
@@ -400,7 +406,7 @@ def test_without_opentelemetry_everything_is_a_no_op() -> None:
         sys.modules["opentelemetry"] = None  # as if not installed
         from liftbridge_nats._metrics import Metrics
         from liftbridge_nats._tracing import otel_available, publish_tracer, sdk_configured
-        from liftbridge_nats.messages import Message
+        from liftbridge_nats import Message
         from liftbridge_nats.tracing import consumer_span, extract_context, inject_context
 
         assert not otel_available() and not sdk_configured()

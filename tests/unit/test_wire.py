@@ -108,7 +108,7 @@ def test_decode_ack_reads_every_field() -> None:
     ack = wire.decode_ack(
         make_ack(
             stream="orders",
-            partitionSubject="orders.1",
+            partitionSubject="orders",  # the stream's subject, as v1.9.0 sends it
             msgSubject="orders.1",
             offset=77,
             ackInbox="_INBOX.x",
@@ -119,14 +119,42 @@ def test_decode_ack_reads_every_field() -> None:
             ackError=api_pb2.Ack.INCORRECT_OFFSET,
         )
     )
-    assert ack.stream == "orders"
-    assert ack.partition_subject == "orders.1" and ack.message_subject == "orders.1"
+    assert ack.stream == "orders" and ack.partition == 1
+    assert ack.partition_subject == "orders" and ack.message_subject == "orders.1"
     assert ack.offset == 77
     assert ack.ack_inbox == "_INBOX.x" and ack.correlation_id == "c-9"
     assert ack.ack_policy is AckPolicy.ALL
     assert ack.error is AckError.INCORRECT_OFFSET
     assert ack.commit_time.year == 2023
     assert (ack.commit_timestamp - ack.reception_timestamp) == 100_000_000
+
+
+@pytest.mark.parametrize(
+    ("stream_subject", "message_subject", "partition"),
+    [
+        ("orders", "orders", 0),
+        ("orders", "orders.1", 1),
+        ("orders", "orders.12", 12),
+        ("a.b", "a.b.3", 3),
+        # Wildcards: partition 0 listens on "eu.*", partition N on "eu.*.N".
+        ("eu.*", "eu.paris", 0),
+        ("eu.*", "eu.7", 0),
+        ("eu.*", "eu.paris.2", 2),
+        # A subject ending in ">" allows one partition, whatever the message's tail.
+        ("logs.>", "logs.app.3", 0),
+        # Nothing that names a partition: 0.
+        ("orders", "orders.x", 0),
+        ("orders", "orders.٣", 0),  # a digit, but not an ASCII one
+        ("orders", "", 0),
+    ],
+)
+def test_an_acks_partition_is_read_from_its_subjects(
+    stream_subject: str, message_subject: str, partition: int
+) -> None:
+    assert wire.partition_of(stream_subject, message_subject) == partition
+    pb = api_pb2.Ack(stream="s", partitionSubject=stream_subject, msgSubject=message_subject)
+    assert wire.ack_from_proto(pb).partition == partition
+    assert wire.ack_view(api_pb2.Ack.FromString(pb.SerializeToString())).partition == partition
 
 
 def test_decode_ack_refuses_other_types_and_bad_payloads() -> None:
@@ -168,11 +196,11 @@ def test_an_ack_view_is_the_same_ack_read_on_first_access() -> None:
     import dataclasses
     import pickle
 
-    from liftbridge_nats.errors import LiftbridgeError
+    from liftbridge_nats import LiftbridgeError
 
     pb = api_pb2.Ack(
         stream="s",
-        partitionSubject="s.1",
+        partitionSubject="s",
         msgSubject="s.1",
         offset=41,
         ackInbox="_INBOX.x.ack",
@@ -194,6 +222,7 @@ def test_an_ack_view_is_the_same_ack_read_on_first_access() -> None:
     assert copy.copy(view()) == eager and copy.deepcopy(view()) == eager
     assert dataclasses.asdict(view()) == dataclasses.asdict(eager)
     assert dataclasses.replace(view(), offset=7).offset == 7
+    assert view().partition == 1 == eager.partition
     read = view()
     assert read.offset == 41 and read.ack_policy is AckPolicy.ALL
     assert type(read) is Ack  # a plain Ack once read

@@ -2,7 +2,7 @@
 
 ::
 
-    from liftbridge_nats.lag import consumer_lag
+    from liftbridge_nats import consumer_lag
 
     for row in await consumer_lag(client, "billing", ["orders"]):
         print(row.stream, row.partition, row.committed, row.newest, row.lag)
@@ -11,7 +11,7 @@ A group commits, per partition, the offset of the last message it processed (a c
 named ``__group:<group id>``; -1 when it never committed). The lag is the newest offset
 of the partition minus that position: the messages written that the group has not
 processed yet (messages removed by retention meanwhile are counted too). The command
-line's ``group describe`` and :meth:`Consumer.lag() <liftbridge_nats.groups.Consumer.lag>`
+line's ``group describe`` and :meth:`Consumer.lag() <liftbridge_nats.Consumer.lag>`
 give the same rows, from the same function.
 """
 
@@ -22,13 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import cursors
+from . import _cursors as cursors
 from ._args import checked_name
-from .errors import NoSuchStreamError
+from ._errors import NoSuchStreamError
 
 if TYPE_CHECKING:
+    from ._client import Client
     from ._router import Router
-    from .client import Client
 
 __all__ = ["PartitionLag", "consumer_lag", "group_lag", "partition_lag"]
 
@@ -60,7 +60,7 @@ async def consumer_lag(
     partition order.
 
     Partition offsets come from fresh metadata, positions from the group's cursors
-    (fetched concurrently). Raises :class:`~liftbridge_nats.errors.NoSuchStreamError`
+    (fetched concurrently). Raises :class:`~liftbridge_nats.NoSuchStreamError`
     for a stream that does not exist.
     """
     return await group_lag(client._router, group_id, streams, timeout=timeout)

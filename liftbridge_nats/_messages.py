@@ -100,9 +100,16 @@ class Ack:
     """
 
     stream: str
+    """The stream that stored the message."""
+    partition: int
+    """The partition of ``stream`` that stored the message (read from the subjects)."""
     partition_subject: str
+    """What the server sends as the partition's subject: Liftbridge v1.9.0 sends the
+    stream's subject here for every partition."""
     message_subject: str
+    """The NATS subject the message was published on."""
     offset: int
+    """The message's offset in its partition (0 when the ack carries an error)."""
     ack_inbox: str
     correlation_id: str
     ack_policy: AckPolicy

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 from google.protobuf.message import DecodeError
 
+from ._errors import EnvelopeError
+from ._messages import Message
 from ._proto import api_pb2
-from .errors import EnvelopeError
-from .messages import Message
 
 if TYPE_CHECKING:
-    from .subscription import Subscription
+    from ._subscription import Subscription
 
 __all__ = ["ACTIVITY_STREAM", "ActivityEvent", "ActivityOp", "ActivityStream", "decode_activity"]
 

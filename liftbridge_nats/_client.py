@@ -1,9 +1,9 @@
 """The gRPC client: stream administration, metadata, reading, cursors, groups.
 
 ``Client`` is the public face; where calls go and how they are retried lives in
-:mod:`._router`, reading in :mod:`.subscription`, cursors in :mod:`.cursors`, consumer
-groups in :mod:`.groups` and the activity stream in :mod:`.activity`. Publishing over
-gRPC is here for completeness: the NATS-native :class:`~liftbridge_nats.publisher.Publisher`
+:mod:`._router`, reading in :mod:`._subscription`, cursors in :mod:`._cursors`, consumer
+groups in :mod:`._groups` and the activity stream in :mod:`._activity`. Publishing over
+gRPC is here for completeness: the NATS-native :class:`~liftbridge_nats.Publisher`
 is the fast path.
 """
 
@@ -16,7 +16,8 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import cursors as _cursors
+from . import _cursors
+from ._activity import ActivityStream
 from ._args import (
     INT32_MAX,
     Duration,
@@ -31,19 +32,19 @@ from ._args import (
     message_fields,
     publish_request,
 )
+from ._errors import InvalidArgumentError, LiftbridgeError, NoSuchStreamError
 from ._grpc import TLSConfig, parse_brokers
 from ._log import get_logger
+from ._messages import Ack, AckPolicy, K, StartPosition, StopPosition, V
+from ._metadata import Metadata, PartitionInfo, StreamInfo, partition_from_proto
 from ._metrics import metrics_for
 from ._names import DEFAULT_MAX_PARTITIONS, check_stream_name
+from ._partitioning import PartitionerLike, choose_partition
 from ._proto import api_pb2
 from ._publish_async import AsyncPublisher, publish_error
 from ._router import Router
 from ._stream_reader import MAX_BYTES, MAX_MESSAGES, MIN_WINDOW
-from .activity import ActivityStream
-from .errors import InvalidArgumentError, LiftbridgeError, NoSuchStreamError
-from .messages import Ack, AckPolicy, K, StartPosition, StopPosition, V
-from .metadata import Metadata, PartitionInfo, StreamInfo, partition_from_proto
-from .subscription import Subscription, TimeSpec, subscription_options
+from ._subscription import Subscription, TimeSpec, subscription_options
 from .wire import ack_from_proto
 
 if TYPE_CHECKING:
@@ -52,8 +53,8 @@ if TYPE_CHECKING:
 
     from opentelemetry.metrics import MeterProvider
 
+    from ._groups import Consumer, ConsumerRebalanceListener
     from ._router import Stub
-    from .groups import Consumer, ConsumerRebalanceListener
     from .serializers import Deserializer
 
 __all__ = ["DEFAULT_MAX_PARTITIONS", "REPLICATION_MAX", "Client", "TLSConfig"]
@@ -415,7 +416,7 @@ class Client:
         ``value_deserializer`` / ``key_deserializer`` (any callable ``bytes -> object``,
         see :mod:`liftbridge_nats.serializers`) turn the stored bytes into the
         message's ``value`` / ``key`` (a key of None stays None). A message they
-        refuse is raised as :class:`~liftbridge_nats.errors.DeserializationError`
+        refuse is raised as :class:`~liftbridge_nats.DeserializationError`
         (stream, partition, offset and the undecoded ``raw_message``); the next
         message follows on the next iteration.
         """
@@ -525,10 +526,10 @@ class Client:
         a partition over waits for the previous owner's last commit before it reads.
         ``value_deserializer`` / ``key_deserializer`` work as in :meth:`subscribe`; a
         message they refuse is raised (by ``async for``, ``getmany`` or ``getone``) as
-        :class:`~liftbridge_nats.errors.DeserializationError` and counts as delivered:
+        :class:`~liftbridge_nats.DeserializationError` and counts as delivered:
         the partition's position moves past it and a commit stores it.
         """
-        from .groups import Consumer
+        from ._groups import Consumer
 
         checked_callable(value_deserializer, "value_deserializer")
         checked_callable(key_deserializer, "key_deserializer")
@@ -551,63 +552,11 @@ class Client:
         return consumer
 
     # ------------------------------------------------------------------ publishing
+    # The names follow one rule on both faces (here and the Publisher): ``publish`` takes
+    # a NATS subject, ``*_to_stream`` a stream (with ``partition`` or ``partitioner``),
+    # and ``*_async`` returns the ack's future instead of the ack.
 
     async def publish(
-        self,
-        stream: str,
-        value: bytes,
-        *,
-        key: bytes | None = None,
-        partition: int = 0,
-        headers: Mapping[str, bytes] | None = None,
-        ack_policy: AckPolicy = AckPolicy.LEADER,
-        correlation_id: str | None = None,
-        expected_offset: int | None = None,
-        timeout: float | None = None,
-    ) -> Ack | None:
-        """Publish one message over gRPC and wait for its ack (None with AckPolicy.NONE).
-
-        For throughput use the NATS-native Publisher. A publish also resumes a paused
-        partition. Raises :class:`ReadonlyPartitionError`, :class:`IncorrectOffsetError`,
-        :class:`NoSuchStreamError` and the like when the server rejects it.
-        """
-        req = publish_request(
-            stream, value, key, partition, headers, ack_policy, correlation_id, expected_offset
-        )
-
-        async def call(stub: Stub, left: float) -> Ack | None:
-            resp = await stub.Publish(req, timeout=left)
-            return ack_from_proto(resp.ack) if resp.HasField("ack") else None
-
-        try:
-            return await self._router.call_any(f"publish to {stream!r}", call, timeout=timeout)
-        except LiftbridgeError as exc:
-            raise publish_error(exc) from None
-
-    async def publish_async(
-        self,
-        stream: str,
-        value: bytes,
-        *,
-        key: bytes | None = None,
-        partition: int = 0,
-        headers: Mapping[str, bytes] | None = None,
-        ack_policy: AckPolicy = AckPolicy.LEADER,
-        correlation_id: str | None = None,
-        expected_offset: int | None = None,
-    ) -> asyncio.Future[Ack | None]:
-        """Publish over the long-lived PublishAsync stream; returns a future of the ack.
-
-        Futures of AckPolicy.NONE messages resolve to None once sent.
-        """
-        if self._async_publisher is None:
-            self._async_publisher = AsyncPublisher(self._router)
-        req = publish_request(
-            stream, value, key, partition, headers, ack_policy, correlation_id, expected_offset
-        )
-        return await self._async_publisher.send(req)
-
-    async def publish_to_subject(
         self,
         subject: str,
         value: bytes,
@@ -618,7 +567,14 @@ class Client:
         correlation_id: str | None = None,
         timeout: float | None = None,
     ) -> Ack | None:
-        """Publish to a NATS subject through a broker; the ack is the first stream's."""
+        """Publish to a NATS subject through a broker (gRPC ``PublishToSubject``) and
+        wait for the ack (None with ``AckPolicy.NONE``).
+
+        The ack is the first stream's when several streams record the subject. The
+        server takes no expected offset on this call: use :meth:`publish_to_stream` for
+        optimistic concurrency. For throughput use the NATS-native
+        :class:`~liftbridge_nats.Publisher`, whose ``publish`` takes the same arguments.
+        """
         fields = message_fields(value, key, headers, ack_policy, correlation_id)
         req = api_pb2.PublishToSubjectRequest(subject=checked_subject(subject), **fields)
 
@@ -632,3 +588,92 @@ class Client:
             )
         except LiftbridgeError as exc:
             raise publish_error(exc) from None
+
+    async def publish_to_stream(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        correlation_id: str | None = None,
+        expected_offset: int | None = None,
+        timeout: float | None = None,
+        partition: int | None = None,
+        partitioner: PartitionerLike | None = None,
+    ) -> Ack | None:
+        """Publish to a partition of ``stream`` (gRPC ``Publish``) and wait for the ack
+        (None with ``AckPolicy.NONE``).
+
+        ``partition`` picks the partition; otherwise ``partitioner`` does (the same
+        partitioners as the Publisher's, given the partition count from the cached
+        metadata); with neither the message goes to partition 0. A publish also resumes
+        a paused partition. Raises :class:`ReadonlyPartitionError`,
+        :class:`IncorrectOffsetError`, :class:`NoSuchStreamError` and the like when the
+        server rejects it. For throughput use the NATS-native Publisher.
+        """
+        partition = await self._partition_for(stream, key, value, partition, partitioner)
+        req = publish_request(
+            stream, value, key, partition, headers, ack_policy, correlation_id, expected_offset
+        )
+
+        async def call(stub: Stub, left: float) -> Ack | None:
+            resp = await stub.Publish(req, timeout=left)
+            return ack_from_proto(resp.ack) if resp.HasField("ack") else None
+
+        try:
+            return await self._router.call_any(f"publish to {stream!r}", call, timeout=timeout)
+        except LiftbridgeError as exc:
+            raise publish_error(exc) from None
+
+    async def publish_to_stream_async(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        correlation_id: str | None = None,
+        expected_offset: int | None = None,
+        timeout: float | None = None,
+        partition: int | None = None,
+        partitioner: PartitionerLike | None = None,
+    ) -> asyncio.Future[Ack | None]:
+        """:meth:`publish_to_stream` over one long-lived gRPC ``PublishAsync`` stream:
+        returns the future of the ack once the message is written.
+
+        The future fails with :class:`AckTimeoutError` when no ack came within
+        ``timeout`` seconds of the write (default: the client's ``timeout``; the
+        message may or may not be stored), and resolves to None at once for
+        ``AckPolicy.NONE``.
+        """
+        if timeout is not None:
+            checked_seconds(timeout, "timeout")
+        partition = await self._partition_for(stream, key, value, partition, partitioner)
+        req = publish_request(
+            stream, value, key, partition, headers, ack_policy, correlation_id, expected_offset
+        )
+        if self._async_publisher is None:
+            self._async_publisher = AsyncPublisher(self._router)
+        return await self._async_publisher.send(
+            req, self._router.timeout if timeout is None else timeout
+        )
+
+    async def _partition_for(
+        self,
+        stream: str,
+        key: bytes | None,
+        value: bytes,
+        partition: int | None,
+        partitioner: PartitionerLike | None,
+    ) -> int:
+        """The partition a message goes to: ``partition``, else the partitioner's
+        choice, else 0 (as the Publisher and the Go client choose)."""
+        if partition is not None:
+            return partition  # checked with the rest of the request
+        if partitioner is None:
+            return 0
+        count = (await self.stream_info(stream)).partition_count
+        return choose_partition(partitioner, stream, key, value, count)

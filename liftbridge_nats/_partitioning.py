@@ -22,7 +22,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import TypeAlias
 
-from .errors import InvalidArgumentError
+from ._errors import InvalidArgumentError
 
 __all__ = [
     "KeyPartitioner",

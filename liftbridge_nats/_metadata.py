@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 
+from ._messages import ns_to_datetime
 from ._proto import api_pb2
-from .messages import ns_to_datetime
 
 __all__ = [
     "BrokerInfo",

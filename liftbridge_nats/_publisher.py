@@ -3,13 +3,18 @@
 ::
 
     async with Publisher(nc) as pub:                      # nc: a connected nats-py client
-        ack = await pub.publish("orders", b"v", key=b"k")   # -> Ack (offset, stream, ...)
-        fut = await pub.publish_nowait("orders", b"w")      # pipelined: await fut later
+        ack = await pub.publish("orders", b"v", key=b"k")   # -> Ack (offset, partition, ...)
+        fut = await pub.publish_async("orders", b"w")       # pipelined: await fut later
         acks = await pub.publish_batch("orders", [b"a", b"b"])
+
+The names follow one rule, as on the gRPC :class:`~liftbridge_nats.Client`: ``publish``
+takes a NATS subject, ``publish_to_stream`` a stream (with ``partition`` or
+``partitioner``; it needs ``Publisher(nc, client=...)``), and the ``_async`` variants
+return the ack's future instead of the ack (as nats-py JetStream's ``publish_async``).
 
 How it fits together (the split follows aiokafka's producer): this module is the public
 face; :mod:`._inflight` is the ledger of messages waiting for their ack (deadlines,
-backpressure); :mod:`.acks` is the one subscription that receives acks; :mod:`._sender`
+backpressure); :mod:`._acks` is the one subscription that receives acks; :mod:`._sender`
 is the one background task, for messages that cannot go at once (NATS disconnected,
 re-sends); :class:`~liftbridge_nats.wire.PublishEncoder` builds the envelopes;
 :mod:`._checks` checks arguments. All of them reach NATS through one seam, a
@@ -17,7 +22,7 @@ re-sends); :class:`~liftbridge_nats.wire.PublishEncoder` builds the envelopes;
 network): over nats-py in production (its private parts confined to
 :mod:`._natscompat`), in memory in unit tests. A started publisher holds them in one
 session object, built whole by :meth:`Publisher.start`. The hot path of
-``publish_nowait`` is one envelope formatting call, one future, one tuple, one dict
+``publish_async`` is one envelope formatting call, one future, one tuple, one dict
 entry and one append to nats-py's outgoing buffer: no timer, no task and no
 ``wait_for`` per message (one ``loop.call_at`` timer serves every deadline). When that
 buffer is over nats-py's pending limit, messages wait in order in the sender's bounded
@@ -34,9 +39,9 @@ an ``ack_timeout`` above that.
 
 Delivery guarantees, in short:
 
-* a returned :class:`~liftbridge_nats.messages.Ack` means the server stored the message
+* a returned :class:`~liftbridge_nats.Ack` means the server stored the message
   under the requested policy; an error means it was not acked: only
-  :class:`~liftbridge_nats.errors.NoRespondersError` and the rejections
+  :class:`~liftbridge_nats.NoRespondersError` and the rejections
   (``PublishRejectedError`` and its subclasses) mean it was certainly not stored;
 * every publish ends by its deadline (``timeout``; by default ``ack_timeout``, or
   ``retry_deadline`` with ``retry=True``), with an ack or an error: also while NATS is
@@ -66,6 +71,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic
 
+from ._acks import AckListener, AckStats, no_responders_exception
 from ._checks import (
     check_correlation_id,
     check_headers,
@@ -73,6 +79,16 @@ from ._checks import (
     check_publisher_args,
     check_subject,
     is_subject_token,
+)
+from ._errors import (
+    AckLostError,
+    AckTimeoutError,
+    InvalidArgumentError,
+    LiftbridgeError,
+    NotConnectedError,
+    PublisherClosedError,
+    PublishError,
+    ReadonlyPartitionError,
 )
 from ._inflight import (
     ATTEMPT,
@@ -88,22 +104,12 @@ from ._inflight import (
     future_factory,
 )
 from ._log import RateLimitedLog, get_logger
+from ._messages import Ack, AckPolicy, K, V
 from ._metrics import DEFAULT_LATENCY_INTERVAL, AckLatency, Metrics, PublishCounts, metrics_for
+from ._partitioning import PartitionerLike, choose_partition, partition_subject
 from ._sender import Sender
 from ._tracing import PublishTracer, publish_tracer
 from ._transport import FastPath, NatsTransport, PublishTransport, log_choice, too_large_error
-from .acks import AckListener, AckStats, no_responders_exception
-from .errors import (
-    AckTimeoutError,
-    InvalidArgumentError,
-    LiftbridgeError,
-    NoRespondersError,
-    NotConnectedError,
-    PublisherClosedError,
-    ReadonlyPartitionError,
-)
-from .messages import Ack, AckPolicy, K, V
-from .partitioning import PartitionerLike, choose_partition, partition_subject
 from .serializers import serialize
 from .wire import PublishEncoder, header_fields
 
@@ -159,10 +165,25 @@ def _collect(
     return first_error or exc
 
 
-def _not_sent_error(flight: Flight) -> PublisherClosedError:
+def _unsent_error(flight: Flight) -> PublishError:
+    """The error for a message still waiting for NATS when the publisher closed."""
+    if flight[ATTEMPT] > 0:  # a re-send: an earlier copy went out
+        return _ack_lost_error(flight)
     return PublisherClosedError(
         f"the publisher closed before the message for {flight[SUBJECT]!r} could be sent "
         "(NATS was disconnected); it was not sent",
+        subject=flight[SUBJECT],
+        correlation_id=flight[CID],
+    )
+
+
+def _ack_lost_error(flight: Flight) -> AckLostError:
+    """The error for a message sent and still unacked when the publisher closed."""
+    return AckLostError(
+        f"the publisher closed before the ack for the message on {flight[SUBJECT]!r} "
+        f"(correlation id {flight[CID]}) arrived; it may or may not have been stored. "
+        "Close with a longer timeout to wait for acks, or check the partition before "
+        "publishing it again.",
         subject=flight[SUBJECT],
         correlation_id=flight[CID],
     )
@@ -254,7 +275,17 @@ class _Session:
     """Everything a started publisher works with, built whole by :meth:`Publisher.start`
     and torn down as one by :meth:`Publisher.close`."""
 
-    __slots__ = ("closed", "encoder", "ledger", "listener", "loop", "refresh", "sender", "timers")
+    __slots__ = (
+        "closed",
+        "encoder",
+        "ledger",
+        "listener",
+        "loop",
+        "refresh",
+        "resumes",
+        "sender",
+        "timers",
+    )
 
     def __init__(
         self,
@@ -271,6 +302,8 @@ class _Session:
         self.sender = sender
         # Re-sends waiting for their back-off (retry after a no-responders report).
         self.timers: dict[str, asyncio.TimerHandle] = {}
+        # Background resumes of paused partitions (publish_to_stream_async), by partition.
+        self.resumes: dict[tuple[str, int], asyncio.Task[None]] = {}
         # The telemetry refresh (see _TELEMETRY_REFRESH), when one is needed.
         self.refresh: asyncio.TimerHandle | None = None
         self.closed = asyncio.Event()
@@ -295,9 +328,10 @@ class Publisher(Generic[V, K]):
     """Publishes Liftbridge messages over a connected nats-py client and matches acks.
 
     ``ack_timeout`` is the default deadline of a publish (seconds). ``max_inflight``
-    bounds the messages waiting for their ack: when it is reached ``publish_nowait``
+    bounds the messages waiting for their ack: when it is reached ``publish_async``
     waits (backpressure). ``crc`` adds a CRC-32C to every envelope. ``client`` (a
-    :class:`liftbridge_nats.client.Client`) is needed only by :meth:`publish_to_stream`.
+    :class:`~liftbridge_nats.Client`) is needed only to publish to streams
+    (:meth:`publish_to_stream`, :meth:`publish_to_stream_async`).
 
     ``retry``: send a message again (same bytes, same correlation id) after NATS reports
     that nobody received it, or after ``ack_timeout`` without an ack, until its deadline
@@ -312,7 +346,7 @@ class Publisher(Generic[V, K]):
 
     ``max_buffered_bytes`` bounds the messages kept while NATS is disconnected; they are
     sent after the reconnect. ``resume_paused``: :meth:`publish_to_stream` resumes
-    paused partitions (see there).
+    paused partitions (see there), :meth:`publish_to_stream_async` in the background.
 
     ``fast_path`` (default on; the environment variable ``LIFTBRIDGE_NATS_FAST_PATH=0``
     changes the default): messages go straight into nats-py's outgoing buffer and acks
@@ -334,7 +368,7 @@ class Publisher(Generic[V, K]):
     ``value_serializer`` / ``key_serializer``: callables turning the values (keys) you
     publish into bytes, applied before anything else happens (see
     :mod:`liftbridge_nats.serializers`); a value they refuse raises
-    :class:`~liftbridge_nats.errors.SerializationError` and nothing is sent. The
+    :class:`~liftbridge_nats.SerializationError` and nothing is sent. The
     publisher is generic in their input types: ``Publisher(nc,
     value_serializer=StringSerializer())`` is a ``Publisher[str, bytes]`` for mypy, and
     one without serializers a ``Publisher[bytes, bytes]``. A key of None stays None.
@@ -428,6 +462,8 @@ class Publisher(Generic[V, K]):
         # Messages waiting for NATS (the sender's own deque, set by start()).
         self._outbox: deque[Flight] = deque()
         self._routes: dict[str, tuple[str, int]] = {}
+        # Partition subjects publish_to_stream_async sent to: (stream, partition).
+        self._stream_subjects: dict[str, tuple[str, int]] = {}
         self._published = 0
         self._timed_out = 0
         self._resent = 0
@@ -595,8 +631,9 @@ class Publisher(Generic[V, K]):
 
         New publishes raise :class:`PublisherClosedError` at once. Messages still
         waiting for their ack get up to ``timeout`` seconds (default: ``ack_timeout``)
-        to be acked; after that their futures fail with :class:`PublisherClosedError`
-        (they may or may not have been stored). The ack subscription, the sender task
+        to be acked; after that their futures fail with :class:`AckLostError` (they may
+        or may not have been stored), and those still waiting for NATS to reconnect, never
+        sent, with :class:`PublisherClosedError`. The ack subscription, the sender task
         and every timer are gone when this returns. Idempotent; concurrent calls wait
         for the first one.
         """
@@ -621,25 +658,22 @@ class Publisher(Generic[V, K]):
     async def _teardown(self, session: _Session) -> None:
         ledger = session.ledger
         ledger.close()
-        for flight in ledger.drain():
-            future = flight[FUTURE]
-            if not future.done():
-                future.set_exception(
-                    PublisherClosedError(
-                        f"the publisher closed before the ack for the message on "
-                        f"{flight[SUBJECT]!r} (correlation id {flight[CID]}) arrived; "
-                        "it may or may not have been stored",
-                        subject=flight[SUBJECT],
-                        correlation_id=flight[CID],
-                    )
-                )
         for timer in session.timers.values():
             timer.cancel()
         session.timers.clear()
         if session.refresh is not None:
             session.refresh.cancel()
             session.refresh = None
-        await session.sender.stop(_not_sent_error)
+        resumes = list(session.resumes.values())
+        for task in resumes:
+            task.cancel()
+        await asyncio.gather(*resumes, return_exceptions=True)
+        # First what never left (it fails as not sent), then what went out unacked.
+        await session.sender.stop(_unsent_error)
+        for flight in ledger.drain():
+            future = flight[FUTURE]
+            if not future.done():
+                future.set_exception(_ack_lost_error(flight))
         await session.listener.stop()
         if self._metrics is not None:
             # Its final counts stay in the process totals.
@@ -671,11 +705,13 @@ class Publisher(Generic[V, K]):
         the publisher's ``ack_timeout``) bounds the whole call. Raises (when awaited)
         :class:`AckTimeoutError` when no ack came (the message may or may not be
         stored), :class:`NoRespondersError` when nobody listens on ``subject``, a
-        :class:`PublishRejectedError` subclass when the server refused the message,
-        :class:`MessageTooLargeError` before sending a message larger than NATS takes,
-        :class:`~liftbridge_nats.errors.SerializationError` before sending a value or key
-        the publisher's serializers refuse. Cancelling the call forgets the message (it
-        may still be stored).
+        :class:`PublishRejectedError` subclass when the server refused the message
+        (:class:`MaxBytesExceededError` for one over the server's size limit),
+        :class:`MaxPayloadExceededError` before sending a message larger than the NATS
+        connection takes (catch both with :class:`MessageTooLargeError`),
+        :class:`~liftbridge_nats.SerializationError` before sending a value or key the
+        publisher's serializers refuse. Cancelling the call forgets the message (it may
+        still be stored).
         """
         # The common case returns the ack's future itself (it is also a coroutine): no
         # coroutine frame and, in asyncio.gather, no task per message.
@@ -736,7 +772,7 @@ class Publisher(Generic[V, K]):
             key = serialize(self._key_serializer, key, what="key", subject=subject)
         return value, key
 
-    async def publish_nowait(
+    async def publish_async(
         self,
         subject: str,
         value: V,
@@ -755,7 +791,7 @@ class Publisher(Generic[V, K]):
         once every 256 messages to let the event loop run (nats-py writes and reads).
         The future gives what :meth:`publish` would return or raise. Arguments are
         checked before anything is sent (:class:`InvalidArgumentError`,
-        :class:`MessageTooLargeError`, :class:`~liftbridge_nats.errors.SerializationError`).
+        :class:`MaxPayloadExceededError`, :class:`~liftbridge_nats.SerializationError`).
         """
         if not self._published & _YIELD_MASK:
             await asyncio.sleep(0)
@@ -794,11 +830,11 @@ class Publisher(Generic[V, K]):
         submitted: deque[AckFuture] = deque()
         results: list[Any] = []
         first_error: BaseException | None = None
-        nowait = self.publish_nowait
+        publish_async = self.publish_async
         try:
             for item in items:
                 if isinstance(item, PublishRecord):
-                    future = await nowait(
+                    future = await publish_async(
                         subject,
                         item.value,
                         key=item.key,
@@ -809,7 +845,9 @@ class Publisher(Generic[V, K]):
                         timeout=timeout,
                     )
                 else:
-                    future = await nowait(subject, item, ack_policy=ack_policy, timeout=timeout)
+                    future = await publish_async(
+                        subject, item, ack_policy=ack_policy, timeout=timeout
+                    )
                 submitted.append(future)
                 # Collect settled messages as we go: their futures need not stay alive.
                 while submitted[0].done():
@@ -1163,6 +1201,10 @@ class Publisher(Generic[V, K]):
         future = flight[FUTURE]
         session = self._live()
         now = session.loop.time()
+        if self._stream_subjects and self._resume_paused and self._state == _OPEN:
+            where = self._stream_subjects.get(flight[SUBJECT])
+            if where is not None and where not in session.resumes:
+                session.resumes[where] = session.loop.create_task(self._resume_later(*where))
         if self._retry and self._state == _OPEN:
             delay = min(_BACKOFF_MAX, _BACKOFF_FIRST * (2 ** flight[ATTEMPT]))
             if now + delay < flight[FINAL]:
@@ -1211,20 +1253,21 @@ class Publisher(Generic[V, K]):
         value: V,
         *,
         key: K | None = None,
-        partition: int | None = None,
-        partitioner: PartitionerLike | None = None,
         headers: Mapping[str, bytes] | None = None,
         ack_policy: AckPolicy = AckPolicy.LEADER,
         correlation_id: str | None = None,
         expected_offset: int | None = None,
         timeout: float | None = None,
+        partition: int | None = None,
+        partitioner: PartitionerLike | None = None,
     ) -> Ack | None:
-        """Publish to a partition of ``stream``, found through the ``client``.
+        """Publish to a partition of ``stream``, found through the ``client``, and wait
+        for the ack.
 
         The stream's subject and partition count come from the control-plane client
         given as ``Publisher(client=...)`` and are cached (refreshed when a partition
         is out of range or a publish gets no answer). ``partition`` picks one;
-        otherwise ``partitioner`` does (see :mod:`liftbridge_nats.partitioning`); with
+        otherwise ``partitioner`` does (see :class:`~liftbridge_nats.Partitioner`); with
         neither the message goes to partition 0, as with the Go client.
 
         Paused partitions: Liftbridge drops NATS messages to a paused partition (no
@@ -1247,26 +1290,7 @@ class Publisher(Generic[V, K]):
         key_data: Any = key
         if self._serializing:
             data, key_data = self._serialize(stream, value, key)
-        client = self._client
-        if client is None:
-            raise InvalidArgumentError(
-                "publish_to_stream needs a control-plane client: Publisher(nc, client=Client(...))"
-            )
-        subject, count = await self._route(stream)
-        if partition is None:
-            partition = (
-                choose_partition(partitioner, stream, key_data, data, count) if partitioner else 0
-            )
-        elif not isinstance(partition, int) or partition < 0:
-            raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
-        elif partition >= count:
-            subject, count = await self._route(stream, refresh=True)
-            if partition >= count:
-                raise InvalidArgumentError(
-                    f"stream {stream!r} has {count} partition(s); partition {partition} "
-                    "does not exist"
-                )
-        target = partition_subject(subject, partition)
+        target, partition = await self._target(stream, key_data, data, partition, partitioner)
         budget = self._ack_timeout if timeout is None else timeout
         deadline = time.monotonic() + budget
         cid = correlation_id or (self._cid_prefix + str(next(self._cid_counter)))
@@ -1288,8 +1312,17 @@ class Publisher(Generic[V, K]):
                         span is not None,
                     )
                     break
-                except NoRespondersError:
-                    # Nobody received it: nothing was stored, sending again is safe.
+                except AckTimeoutError as exc:
+                    # No ack by the deadline: find out why (readonly), resume a paused one.
+                    self._routes.pop(stream, None)
+                    await self._after_timeout(stream, partition, exc)
+                    raise
+                except PublishError as exc:
+                    # Only an error that says "not stored, and a retry can help once the
+                    # metadata is fresh" (nobody listened: the partition may be paused) is
+                    # worth the same bytes again; a rejection or a lost ack is not.
+                    if exc.maybe_stored or not (exc.retriable and exc.invalid_metadata):
+                        raise
                     if not self._resume_paused or time.monotonic() >= deadline:
                         raise
                     await self._resume_if_paused(stream, partition, deadline)
@@ -1297,10 +1330,6 @@ class Publisher(Generic[V, K]):
                     await asyncio.sleep(min(_BACKOFF_MAX, _BACKOFF_FIRST * (2**attempt)))
                     attempt += 1
                     self._resent += 1
-                except AckTimeoutError as exc:
-                    self._routes.pop(stream, None)
-                    await self._after_timeout(stream, partition, exc)
-                    raise
         except BaseException as exc:
             if span is not None:
                 PublishTracer.finish(span, error=exc)
@@ -1308,6 +1337,113 @@ class Publisher(Generic[V, K]):
         if span is not None:
             PublishTracer.finish(span, ack)
         return ack
+
+    async def publish_to_stream_async(
+        self,
+        stream: str,
+        value: V,
+        *,
+        key: K | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        correlation_id: str | None = None,
+        expected_offset: int | None = None,
+        timeout: float | None = None,
+        partition: int | None = None,
+        partitioner: PartitionerLike | None = None,
+    ) -> AckFuture:
+        """Publish to a partition of ``stream`` and return the future of its ack.
+
+        The partition is chosen as by :meth:`publish_to_stream` (from the cached
+        route: after the first message of a stream no call to the server is made), then
+        the message goes out as by :meth:`publish_async`, whose backpressure and
+        errors apply. Unlike :meth:`publish_to_stream` this sends every message once:
+        a paused partition fails the future with :class:`NoRespondersError` (the
+        publisher resumes the partition in the background when ``resume_paused`` is
+        on, so that a later message, or a re-send with ``Publisher(retry=True)``,
+        gets through) and a readonly one with :class:`AckTimeoutError`. The value and
+        key are serialized first, and a traced message's span names the stream and
+        partition, as with :meth:`publish_to_stream`.
+        """
+        data: Any = value
+        key_data: Any = key
+        if self._serializing:
+            data, key_data = self._serialize(stream, value, key)
+        target, partition = await self._target(stream, key_data, data, partition, partitioner)
+        if target not in self._stream_subjects:
+            if len(self._stream_subjects) >= _SUBJECT_CACHE_LIMIT:
+                self._stream_subjects.clear()
+            self._stream_subjects[target] = (stream, partition)
+        span: Span | None = None
+        if self._trace is not None:
+            correlation_id = correlation_id or (self._cid_prefix + str(next(self._cid_counter)))
+            span, headers = self._stream_span(target, correlation_id, headers, stream, partition)
+        # publish_async's body for bytes already serialized (it is the hot path: no
+        # frame of its own for a shared helper).
+        try:
+            if not self._published & _YIELD_MASK:
+                await asyncio.sleep(0)
+            flight = self._submit_now(
+                target,
+                data,
+                key_data,
+                headers,
+                ack_policy,
+                correlation_id,
+                expected_offset,
+                timeout,
+                self._create_future,
+                span is not None,
+            ) or await self._submit_waiting(
+                target,
+                data,
+                key_data,
+                headers,
+                ack_policy,
+                correlation_id,
+                expected_offset,
+                timeout,
+                span is not None,
+            )
+        except BaseException as exc:
+            if span is not None:
+                PublishTracer.finish(span, error=exc)
+            raise
+        future = flight[FUTURE]
+        if span is not None:
+            future.add_done_callback(PublishTracer.finisher(span))
+        return future
+
+    async def _target(
+        self,
+        stream: str,
+        key: bytes | None,
+        value: bytes,
+        partition: int | None,
+        partitioner: PartitionerLike | None,
+    ) -> tuple[str, int]:
+        """The NATS subject and number of the partition of ``stream`` a message goes to
+        (``key`` and ``value`` serialized: a partitioner sees bytes)."""
+        if self._client is None:
+            raise InvalidArgumentError(
+                "publishing to a stream needs a control-plane client: "
+                "Publisher(nc, client=Client(...))"
+            )
+        subject, count = await self._route(stream)
+        if partition is None:
+            partition = (
+                choose_partition(partitioner, stream, key, value, count) if partitioner else 0
+            )
+        elif not isinstance(partition, int) or partition < 0:
+            raise InvalidArgumentError(f"partition must be an int >= 0, got {partition!r}")
+        elif partition >= count:
+            subject, count = await self._route(stream, refresh=True)
+            if partition >= count:
+                raise InvalidArgumentError(
+                    f"stream {stream!r} has {count} partition(s); partition {partition} "
+                    "does not exist"
+                )
+        return partition_subject(subject, partition), partition
 
     def _stream_span(
         self,
@@ -1358,6 +1494,19 @@ class Publisher(Generic[V, K]):
                     partition,
                     stream,
                 )
+
+    async def _resume_later(self, stream: str, partition: int) -> None:
+        """Resume a partition that NATS found nobody listening on, in the background
+        (for :meth:`publish_to_stream_async`, which does not wait for it)."""
+        try:
+            await self._resume_if_paused(stream, partition, time.monotonic() + self._ack_timeout)
+            self._routes.pop(stream, None)
+        except LiftbridgeError as exc:
+            _log.info("could not resume partition %d of stream %r: %s", partition, stream, exc)
+        finally:
+            session = self._session
+            if session is not None:
+                session.resumes.pop((stream, partition), None)
 
     async def _resume_if_paused(self, stream: str, partition: int, deadline: float) -> bool:
         """Resume ``partition`` if the metadata leader reports it paused.

@@ -24,7 +24,7 @@ a partition and when it closes, and a member taking a partition over waits brief
 for that last commit: a group whose members come and go delivers each message once.
 A member that dies delivers again what it had not committed (at least once). A
 message the deserializers refuse is delivered as a
-:class:`~liftbridge_nats.errors.DeserializationError`: it moves the position as a
+:class:`~liftbridge_nats.DeserializationError`: it moves the position as a
 message would (as confluent-kafka's deserializing consumer does), so a commit does
 not bring it back; park ``raw_message`` (or ``seek`` back to it) to keep it.
 
@@ -45,15 +45,15 @@ from collections import deque
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Generic, NamedTuple
 
-from . import cursors
+from . import _cursors as cursors
+from ._cursors import group_cursor_id
+from ._errors import ClientClosedError, InvalidArgumentError, LiftbridgeError, NotAssignedError
 from ._fetcher import Fetcher, PartitionState
+from ._lag import PartitionLag, group_lag
 from ._log import RateLimitedLog, get_logger
 from ._membership import Membership
+from ._messages import K, Message, StartPosition, V
 from ._proto import api_pb2
-from .cursors import group_cursor_id
-from .errors import ClientClosedError, InvalidArgumentError, LiftbridgeError, NotAssignedError
-from .lag import PartitionLag, group_lag
-from .messages import K, Message, StartPosition, V
 
 if TYPE_CHECKING:
     from ._metrics import Metrics
@@ -339,7 +339,7 @@ class Consumer(Generic[V, K]):
         partition that cannot be read (a deleted stream, say), and
         :class:`ClientClosedError` once the consumer is closed. A message the
         deserializers refuse is raised as
-        :class:`~liftbridge_nats.errors.DeserializationError` once the messages
+        :class:`~liftbridge_nats.DeserializationError` once the messages
         before it were returned, and counts as delivered: the next call goes on
         after it.
         """
@@ -529,7 +529,7 @@ class Consumer(Generic[V, K]):
 
     async def lag(self, *, timeout: float | None = None) -> list[PartitionLag]:
         """The group's lag on every partition of its streams (committed positions
-        against the newest offsets), as :func:`~liftbridge_nats.lag.consumer_lag` gives it."""
+        against the newest offsets), as :func:`~liftbridge_nats.consumer_lag` gives it."""
         return await group_lag(self._router, self.group_id, self.streams, timeout=timeout)
 
     # ------------------------------------------------------------------ flow

@@ -3,7 +3,7 @@
 Liftbridge answers a published message (one with an ack inbox and a policy other than
 NONE) with a type-1 envelope carrying a protobuf ``Ack`` on that inbox. The listener
 decodes it, finds the in-flight message by ``correlationId`` and settles its future:
-with a frozen :class:`~liftbridge_nats.messages.Ack`, or with a typed error when the
+with a frozen :class:`~liftbridge_nats.Ack`, or with a typed error when the
 ack carries one.
 
 The listener subscribes to ``<prefix>.*``: acks come on ``<prefix>.ack`` (the ack inbox
@@ -30,22 +30,22 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from ._errors import (
+    EncryptionError,
+    EnvelopeError,
+    IncorrectOffsetError,
+    MaxBytesExceededError,
+    NoRespondersError,
+    PublishError,
+    PublishRejectedError,
+    RetriedIncorrectOffsetError,
+    for_ack_error,
+)
 from ._inflight import ATTEMPT, FUTURE, SUBJECT, Flight, InflightLedger
 from ._log import RateLimitedLog, get_logger
 from ._proto import api_pb2
 from ._transport import InboxSubscription, NatsTransport, PublishTransport
 from .envelope import MsgType, decode, header
-from .errors import (
-    EncryptionError,
-    EnvelopeError,
-    IncorrectOffsetError,
-    MessageTooLargeError,
-    NoRespondersError,
-    PublishError,
-    PublishRejectedError,
-    RetriedIncorrectOffsetError,
-)
-from .messages import AckError
 from .wire import ack_view
 
 __all__ = [
@@ -65,15 +65,30 @@ _log = get_logger("acks")
 _JUNK_LOG_INTERVAL = 10.0
 
 
+# What the caller can do, for each class an ack error maps to (errors.for_ack_error).
+_ACK_ERROR_ADVICE: dict[type[PublishRejectedError], str] = {
+    IncorrectOffsetError: "its expected offset is not the next offset of the partition "
+    "(optimistic concurrency control). Fetch the partition's newest offset and publish "
+    "again with expected_offset set to it + 1.",
+    MaxBytesExceededError: "it is larger than the server's clustering.replication.max.bytes. "
+    "Send a smaller message or raise that limit.",
+    EncryptionError: "the server could not encrypt it. Check the server's encryption "
+    "configuration (its key) and the server logs.",
+}
+
+
 def ack_error_exception(
     error: int, *, stream: str, subject: str, correlation_id: str, retried: bool = False
 ) -> PublishError:
-    """The typed exception for an ack that carries ``error`` (an ``AckError`` value).
+    """The typed exception for an ack that carries ``error`` (an ``AckError`` value):
+    the class :func:`~liftbridge_nats.for_ack_error` names, with what to do next.
 
-    ``retried``: the message was sent more than once (Publisher(retry=True)).
+    ``retried``: the message was sent more than once (Publisher(retry=True)); an
+    incorrect offset then most likely means an earlier copy was stored.
     """
     where = f"stream {stream!r}" if stream else f"subject {subject!r}"
-    if error == AckError.INCORRECT_OFFSET and retried:
+    cls = for_ack_error(error)
+    if cls is IncorrectOffsetError and retried:
         return RetriedIncorrectOffsetError(
             f"{where} refused a re-sent copy of the message: its expected offset is taken, "
             "most likely by an earlier copy whose ack was lost. Read the partition before "
@@ -81,34 +96,14 @@ def ack_error_exception(
             subject=subject,
             correlation_id=correlation_id,
         )
-    if error == AckError.INCORRECT_OFFSET:
-        return IncorrectOffsetError(
-            f"{where} refused the message: its expected offset is not the next offset of the "
-            "partition (optimistic concurrency control). Fetch the partition's newest offset "
-            "and publish again with expected_offset set to it + 1.",
-            subject=subject,
-            correlation_id=correlation_id,
-        )
-    if error == AckError.TOO_LARGE:
-        return MessageTooLargeError(
-            f"{where} refused the message: it is larger than the server's "
-            "clustering.replication.max.bytes. Send a smaller message or raise that limit.",
-            subject=subject,
-            correlation_id=correlation_id,
-        )
-    if error == AckError.ENCRYPTION:
-        return EncryptionError(
-            f"{where} could not encrypt the message. Check the server's encryption "
-            "configuration (its key) and the server logs.",
-            subject=subject,
-            correlation_id=correlation_id,
-        )
-    return PublishRejectedError(
-        f"{where} rejected the message without a reason (ack error {error}). "
-        "The server logs may tell more; the message was not stored.",
-        subject=subject,
-        correlation_id=correlation_id,
+    advice = _ACK_ERROR_ADVICE.get(cls)
+    message = (
+        f"{where} refused the message: {advice}"
+        if advice is not None
+        else f"{where} rejected the message without a reason (ack error {error}). "
+        "The server logs may tell more; the message was not stored."
     )
+    return cls(message, subject=subject, correlation_id=correlation_id)
 
 
 def no_responders_exception(subject: str, correlation_id: str) -> NoRespondersError:

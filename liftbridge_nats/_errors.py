@@ -33,7 +33,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
-    from .messages import Message
+    from ._messages import Message
 
 __all__ = [
     "ACK_ERRORS",
@@ -360,7 +360,7 @@ class DeserializationError(LocalError, ValueError):
     """A stored value or key could not be decoded by its deserializer.
 
     Names the message (``stream``, ``partition``, ``offset``) and keeps it undecoded in
-    ``raw_message`` (a :class:`~liftbridge_nats.messages.Message` with the stored bytes), so
+    ``raw_message`` (a :class:`~liftbridge_nats.Message` with the stored bytes), so
     the caller can log, park or skip it. The reader that raised it has already moved
     past that message: iterating again continues with the next one. The deserializer's
     own exception is the ``__cause__``.
@@ -407,7 +407,7 @@ ACK_ERRORS: Mapping[int, type[PublishRejectedError]] = MappingProxyType(
         4: EncryptionError,  # AckError.ENCRYPTION
     }
 )
-"""The class for each error an ack can carry (:class:`~liftbridge_nats.messages.AckError`
+"""The class for each error an ack can carry (:class:`~liftbridge_nats.AckError`
 values); an unknown value is a :class:`PublishRejectedError`."""
 
 

@@ -14,7 +14,7 @@ Both are logged (``liftbridge_nats.subscription``): the break and the resubscrip
 at INFO, a subscription given up at ERROR, failed attempts at DEBUG.
 
 A message whose value or key the caller's deserializer refuses is raised as a
-:class:`~liftbridge_nats.errors.DeserializationError` in its place: the position moves
+:class:`~liftbridge_nats.DeserializationError` in its place: the position moves
 past it as if it had been delivered, and the next ``__anext__`` goes on after it.
 """
 
@@ -33,11 +33,7 @@ from typing import TYPE_CHECKING, Generic
 import grpc
 
 from ._args import checked_int, checked_name, checked_partition
-from ._grpc import Backoff, rpc_error
-from ._log import get_logger, redact
-from ._proto import api_pb2
-from ._stream_reader import OPENED, Delivery, StreamEnd, StreamReader
-from .errors import (
+from ._errors import (
     BadRequestError,
     ClientClosedError,
     DeserializationError,
@@ -49,7 +45,11 @@ from .errors import (
     PartitionPausedError,
     RpcTimeoutError,
 )
-from .messages import K, Message, StartPosition, StopPosition, V
+from ._grpc import Backoff, rpc_error
+from ._log import get_logger, redact
+from ._messages import K, Message, StartPosition, StopPosition, V
+from ._proto import api_pb2
+from ._stream_reader import OPENED, Delivery, StreamEnd, StreamReader
 
 if TYPE_CHECKING:
     from ._metrics import Metrics
@@ -232,7 +232,7 @@ class _Resubscribe(Exception):
 
 
 class Subscription(Generic[V, K]):
-    """An async iterator of :class:`~liftbridge_nats.messages.Message` from one partition.
+    """An async iterator of :class:`~liftbridge_nats.Message` from one partition.
 
     Use ``async with client.subscribe(...) as sub: async for msg in sub: ...`` so that
     the server stream is closed when you stop reading; ``async for`` alone also works
@@ -246,7 +246,7 @@ class Subscription(Generic[V, K]):
 
     With deserializers (see :meth:`Client.subscribe`) it yields ``Message[V, K]``;
     a message they refuse is raised as a
-    :class:`~liftbridge_nats.errors.DeserializationError` and the iteration goes on
+    :class:`~liftbridge_nats.DeserializationError` and the iteration goes on
     with the next one.
     """
 

@@ -15,8 +15,8 @@ import zlib
 from typing import TYPE_CHECKING
 
 from ._args import checked_int, checked_name, checked_partition
+from ._errors import CursorsDisabledError
 from ._proto import api_pb2
-from .errors import CursorsDisabledError
 
 if TYPE_CHECKING:
     from ._router import Router, Stub
