@@ -1,4 +1,8 @@
-"""Suite-wide guard for ``LIFTBRIDGE_NATS_BACKEND=containers``.
+"""Suite-wide set-up: Ctrl-C as a terminal delivers it, and the containers backend guard.
+
+A suite started in the background of a non-interactive shell inherits SIGINT ignored,
+and so would every CLI process a test starts: the tests that press Ctrl-C on one would
+wait for an exit that never comes. ``pytest_configure`` gives SIGINT back its default.
 
 Under the containers backend every test runs its servers in containers, or says why it
 cannot (``@pytest.mark.processes_only("why")``, which skips it with that reason). A test
@@ -8,6 +12,7 @@ that start fails the test with what to do.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +22,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from liftbridge_nats.testing import LocalCluster
 from liftbridge_nats.testing._backend import CONTAINERS, selected_backend
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

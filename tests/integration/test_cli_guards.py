@@ -138,7 +138,9 @@ def test_interrupted_load_run_reports_its_counts(
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
-        proc.kill()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, err
     found = re.search(
         r"interrupted: sent ([\d,]+) of 50,000,000: ([\d,]+) acked, ([\d,]+) failed", err
