@@ -13,9 +13,12 @@ that start fails the test with what to do.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -55,3 +58,34 @@ def traced() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     yield provider, exporter
     provider.shutdown()
+
+
+@pytest.fixture
+def metered() -> Iterator[tuple[MeterProvider, InMemoryMetricReader]]:
+    """An OpenTelemetry SDK meter provider read in memory, to pass as ``metrics=``; shut
+    down after the test."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    yield provider, reader
+    provider.shutdown()
+
+
+def _metric_values(reader: InMemoryMetricReader) -> dict[str, dict[str, Any]]:
+    data = reader.get_metrics_data()
+    assert data is not None
+    return {
+        metric.name: {
+            str((point.attributes or {}).get("error.type", "")): getattr(point, "value", point)
+            for point in metric.data.data_points
+        }
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+
+
+@pytest.fixture
+def metric_values() -> Callable[[InMemoryMetricReader], dict[str, dict[str, Any]]]:
+    """Reads a metric reader as {instrument name: {error.type (or ""): value or histogram
+    point}}."""
+    return _metric_values

@@ -43,6 +43,7 @@ from liftbridge_nats.testing import LocalCluster
 
 # The suite's `traced` fixture (tests/conftest.py): an SDK provider into memory.
 Traced: TypeAlias = tuple[TracerProvider, InMemorySpanExporter]
+MetricValues: TypeAlias = Callable[[InMemoryMetricReader], dict[str, dict[str, Any]]]
 
 
 def producer_spans(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
@@ -211,23 +212,11 @@ async def test_a_resumed_partition_keeps_the_one_span_of_the_message(
 # ------------------------------------------------------------------ metrics
 
 
-def metric_values(reader: InMemoryMetricReader) -> dict[str, dict[str, Any]]:
-    """instrument name -> {error.type (or "") -> value or histogram point}"""
-    data = reader.get_metrics_data()
-    assert data is not None
-    return {
-        metric.name: {
-            str((point.attributes or {}).get("error.type", "")): getattr(point, "value", point)
-            for point in metric.data.data_points
-        }
-        for resource in data.resource_metrics
-        for scope in resource.scope_metrics
-        for metric in scope.metrics
-    }
-
-
 async def test_metrics_count_real_publishes_exactly(
-    liftbridge_cluster: LocalCluster, nats_client: NATS, unique_name: Callable[[str], str]
+    liftbridge_cluster: LocalCluster,
+    nats_client: NATS,
+    unique_name: Callable[[str], str],
+    metric_values: MetricValues,
 ) -> None:
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])

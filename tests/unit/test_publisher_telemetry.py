@@ -13,7 +13,7 @@ import logging
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any, TypeAlias
 
 import msgspec
@@ -38,32 +38,10 @@ from liftbridge_nats._memtransport import MemoryTransport, Sent, auto_ack
 from liftbridge_nats._tracing import error_type
 from liftbridge_nats.serializers import JsonSerializer, MsgspecSerializer, StringSerializer
 
-# The suite's `traced` fixture (tests/conftest.py): an SDK provider into memory.
+# The suite's `traced`, `metered` and `metric_values` fixtures (tests/conftest.py).
 Traced: TypeAlias = tuple[TracerProvider, InMemorySpanExporter]
 Metered: TypeAlias = tuple[MeterProvider, InMemoryMetricReader]
-
-
-@pytest.fixture
-def metered() -> Iterator[Metered]:
-    reader = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[reader])
-    yield provider, reader
-    provider.shutdown()
-
-
-def metric_values(reader: InMemoryMetricReader) -> dict[str, dict[str, Any]]:
-    """instrument name -> {error.type (or "") -> value or histogram point}"""
-    data = reader.get_metrics_data()
-    assert data is not None
-    return {
-        metric.name: {
-            str((point.attributes or {}).get("error.type", "")): getattr(point, "value", point)
-            for point in metric.data.data_points
-        }
-        for resource in data.resource_metrics
-        for scope in resource.scope_metrics
-        for metric in scope.metrics
-    }
+MetricValues: TypeAlias = Callable[[InMemoryMetricReader], dict[str, dict[str, Any]]]
 
 
 def producer_spans(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
@@ -293,7 +271,9 @@ async def test_wrong_telemetry_and_serializer_arguments_are_type_errors() -> Non
 # ------------------------------------------------------------------ metrics
 
 
-async def test_metrics_report_the_publishers_counters(metered: Metered) -> None:
+async def test_metrics_report_the_publishers_counters(
+    metered: Metered, metric_values: MetricValues
+) -> None:
     provider, reader = metered
 
     def answer(transport: MemoryTransport, sent: Sent) -> None:
@@ -345,7 +325,9 @@ async def test_metrics_report_the_publishers_counters(metered: Metered) -> None:
     assert sum(seen["liftbridge.publisher.failed"].values()) == 6
 
 
-async def test_ack_latency_is_sampled_at_most_once_a_millisecond(metered: Metered) -> None:
+async def test_ack_latency_is_sampled_at_most_once_a_millisecond(
+    metered: Metered, metric_values: MetricValues
+) -> None:
     provider, reader = metered
     transport = MemoryTransport(responder=auto_ack)
     async with Publisher(transport, metrics=provider, tracing=False) as pub:
@@ -359,7 +341,9 @@ async def test_ack_latency_is_sampled_at_most_once_a_millisecond(metered: Metere
     assert metric_values(reader)["liftbridge.publisher.acked"] == {"": 3000}
 
 
-async def test_closing_with_messages_unacked_counts_them_as_failed(metered: Metered) -> None:
+async def test_closing_with_messages_unacked_counts_them_as_failed(
+    metered: Metered, metric_values: MetricValues
+) -> None:
     provider, reader = metered
     transport = MemoryTransport()  # nobody answers
     async with Publisher(transport, metrics=provider, tracing=False) as pub:
@@ -416,7 +400,9 @@ async def test_msgspec_structs_go_out_as_their_encoding() -> None:
     assert msgspec.msgpack.decode(value, type=Order) == Order(7, "pear")
 
 
-async def test_a_value_the_serializer_refuses_sends_nothing(metered: Metered) -> None:
+async def test_a_value_the_serializer_refuses_sends_nothing(
+    metered: Metered, metric_values: MetricValues
+) -> None:
     provider, reader = metered
     transport = MemoryTransport(responder=auto_ack)
     async with Publisher(transport, value_serializer=JsonSerializer(), metrics=provider) as pub:
