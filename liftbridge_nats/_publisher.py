@@ -1285,12 +1285,9 @@ class Publisher(Generic[V, K]):
         a traced message gets one PRODUCER span however often it is sent, with the
         stream and partition in its attributes.
         """
-        # Bytes from here on (the checks refuse anything else).
-        data: Any = value
-        key_data: Any = key
-        if self._serializing:
-            data, key_data = self._serialize(stream, value, key)
-        target, partition = await self._target(stream, key_data, data, partition, partitioner)
+        data, key_data, target, partition = await self._routed(
+            stream, value, key, partition, partitioner
+        )
         budget = self._ack_timeout if timeout is None else timeout
         deadline = time.monotonic() + budget
         cid = correlation_id or (self._cid_prefix + str(next(self._cid_counter)))
@@ -1365,11 +1362,9 @@ class Publisher(Generic[V, K]):
         key are serialized first, and a traced message's span names the stream and
         partition, as with :meth:`publish_to_stream`.
         """
-        data: Any = value
-        key_data: Any = key
-        if self._serializing:
-            data, key_data = self._serialize(stream, value, key)
-        target, partition = await self._target(stream, key_data, data, partition, partitioner)
+        data, key_data, target, partition = await self._routed(
+            stream, value, key, partition, partitioner
+        )
         if target not in self._stream_subjects:
             if len(self._stream_subjects) >= _SUBJECT_CACHE_LIMIT:
                 self._stream_subjects.clear()
@@ -1413,6 +1408,23 @@ class Publisher(Generic[V, K]):
         if span is not None:
             future.add_done_callback(PublishTracer.finisher(span))
         return future
+
+    async def _routed(
+        self,
+        stream: str,
+        value: V,
+        key: K | None,
+        partition: int | None,
+        partitioner: PartitionerLike | None,
+    ) -> tuple[Any, Any, str, int]:
+        """The value and key as bytes (serialized when the Publisher has serializers; the
+        checks refuse anything else), the NATS subject and the partition they go to."""
+        data: Any = value
+        key_data: Any = key
+        if self._serializing:
+            data, key_data = self._serialize(stream, value, key)
+        target, chosen = await self._target(stream, key_data, data, partition, partitioner)
+        return data, key_data, target, chosen
 
     async def _target(
         self,
