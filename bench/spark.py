@@ -87,13 +87,16 @@ def tree_cpu(roots: list[int]) -> float:
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
+    me = os.getpid()
     total, todo, seen = 0.0, list(roots), set()
     while todo:
         pid = todo.pop()
         if pid in seen or pid not in stats:
             continue
         seen.add(pid)
-        total += stats[pid][1]
+        # /proc counts in clock ticks (10 ms): a short read in this process can show
+        # as no CPU at all, so this process's own share comes from its precise clock.
+        total += time.process_time() if pid == me else stats[pid][1]
         todo.extend(children.get(pid, []))
     return total
 
