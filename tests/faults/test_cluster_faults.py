@@ -175,15 +175,15 @@ async def test_partition_leader_killed(
     # twice or at another offset than acked, no gap, a new leader.
     check.assert_consistent()
     assert new_leader and new_leader != leader
-    successor, truncated_hw = _successor_truncation(cluster3, name, killed=leader)
-    # Loss is the server's (see _HW_TRUNCATION) only when the broker that took over
+    truncated_hw = _truncation_to_hw(cluster3, name, new_leader)
+    # Loss is the server's (see _HW_TRUNCATION) only when the broker that leads now
     # logged a truncation to a high watermark below every lost offset.
     explained = truncated_hw is not None and bool(check.lost_offsets)
     explained = explained and check.lost_offsets[0] > (truncated_hw or 0)
     if check.lost and not explained:
         raise AssertionError(
             f"{check.lost} acked message(s) lost at offsets {check.lost_offsets[:10]}, not "
-            f"all above the high watermark the next leader ({successor}) truncated to "
+            f"all above the high watermark the new leader ({new_leader}) truncated its log to "
             f"({truncated_hw}): {check.examples!r}; server log lines: {evidence}"
         )
     # The live subscription delivered each offset once, in order; where nothing was
@@ -193,7 +193,7 @@ async def test_partition_leader_killed(
     if check.lost:
         pytest.xfail(
             f"Liftbridge v1.9.0 lost {check.lost} ALL-acked message(s) at offsets "
-            f"{check.lost_offsets[:10]} in the fail-over: {successor}, the next leader, "
+            f"{check.lost_offsets[:10]} in the fail-over: {new_leader}, the new leader, "
             f"truncated its log to its high watermark {truncated_hw} after its "
             f"leader-epoch request to the dead leader failed: {evidence}"
         )
@@ -216,26 +216,22 @@ async def test_partition_leader_killed(
     assert outcomes.acked >= 0.99 * outcomes.sent, outcomes.summary()
 
 
-def _successor_truncation(
-    cluster: Cluster, stream: str, *, killed: str
-) -> tuple[str | None, int | None]:
-    """The broker that led ``stream`` first after ``killed``, and the high watermark it
-    truncated its log to before it became leader (None when it logged none)."""
-    epochs = _successor_leader_epochs(cluster, stream, killed=killed)
-    if not epochs:
-        return None, None
-    successor = epochs[0][0]
-    text = cluster.node_log(cluster.node_ids.index(successor))
-    truncated: int | None = None
+def _truncation_to_hw(cluster: Cluster, stream: str, node: str) -> int | None:
+    """The lowest high watermark ``node`` logged truncating ``stream``'s log to (None
+    when it logged none).
+
+    Any such line counts, not only those before the node first became leader: leadership
+    can flap in a fail-over (a broker leads, is deposed, truncates as a follower, and
+    leads again), and whatever a broker cut from its log is gone from the log it serves.
+    """
+    text = cluster.node_log(cluster.node_ids.index(node))
+    lowest: int | None = None
     for line in text.splitlines():
-        if f"stream={stream}," not in line:
-            continue
-        if "Server becoming leader for partition" in line:
-            break
-        if _HW_TRUNCATION in line:
+        if f"stream={stream}," in line and _HW_TRUNCATION in line:
             value = line.rsplit(_HW_TRUNCATION, 1)[1].split('"', 1)[0].strip()
-            truncated = int(value) if value.lstrip("-").isdigit() else truncated
-    return successor, truncated
+            if value.lstrip("-").isdigit():
+                lowest = int(value) if lowest is None else min(lowest, int(value))
+    return lowest
 
 
 def _assert_subscription(
