@@ -250,6 +250,10 @@ class InflightLedger:
         """A snapshot of the flights in the ledger."""
         return list(self._entries.values())
 
+    def queued(self) -> list[RoomWaiter]:
+        """A snapshot of what waits for room (tasks and queued publishes)."""
+        return list(self._waiters)
+
     def futures(self) -> list[AckFuture]:
         """A snapshot of the futures of the flights in the ledger."""
         return [flight[FUTURE] for flight in self._entries.values()]

@@ -974,8 +974,11 @@ class Publisher(Generic[V, K]):
         some are still pending after ``timeout`` seconds (default: wait for them all;
         each ends by its own deadline anyway).
         """
-        futures = self._live().ledger.futures()
+        ledger = self._live().ledger
+        futures = ledger.futures()
         futures.extend(f[FUTURE] for f in self._outbox if not f[FUTURE].done())
+        # publish() calls waiting for room were published too: they go out on their own.
+        futures.extend(w.call for w in ledger.queued() if isinstance(w, _Queued) and not w.done())
         if not futures:
             return
         pending = await _wait_settled(futures, timeout)

@@ -45,6 +45,21 @@ async def test_calls_over_max_inflight_are_queued_without_a_task_and_sent_in_ord
     assert pub.stats.fast_path_sent == 10 and pub.stats.public_api_sent == 0
 
 
+async def test_flush_waits_for_queued_calls_too() -> None:
+    transport = MemoryTransport()
+    async with Publisher(transport, max_inflight=2) as pub:
+        calls = [pub.publish("s", b"v%d" % i) for i in range(7)]
+        flushing = asyncio.ensure_future(pub.flush())
+        await asyncio.sleep(0.01)
+        for sent in transport.delivered[:2]:  # the two in flight when flush began
+            transport.ack(sent)
+        await asyncio.sleep(0.01)
+        assert not flushing.done()  # the queued calls were published too
+        await _ack_everything(transport, flushing)
+        assert all(isinstance(call, PublishCall) and call.done() for call in calls)
+    assert _values(transport.delivered) == [b"v%d" % i for i in range(7)]
+
+
 async def test_queued_calls_and_waiting_publish_async_keep_their_order() -> None:
     transport = MemoryTransport()
     async with Publisher(transport, max_inflight=4) as pub:
