@@ -27,8 +27,10 @@ entry and one append to nats-py's outgoing buffer: no timer, no task and no
 ``wait_for`` per message (one ``loop.call_at`` timer serves every deadline). When that
 buffer is over nats-py's pending limit, messages wait in order in the sender's bounded
 outbox, and the sender hands them to the same fast path as nats-py's flusher catches up.
-``publish`` returns the ack's future itself (a :class:`~._inflight.PublishCall`) when
-the message went out at once, and the ack is read from its protobuf lazily.
+``publish`` returns the ack's future itself (a :class:`~._inflight.PublishCall`); when
+``max_inflight`` messages already wait for their ack, that call waits in the ledger's
+queue (no task of its own) and the ledger sends it as acks free room. The ack is read
+from its protobuf lazily.
 
 Acks: Liftbridge acks a message on the inbox it carries; the first ack of a correlation
 id settles its future. When several streams record the same subject each of them acks:
@@ -740,8 +742,9 @@ class Publisher(Generic[V, K]):
         """Publish one message and wait for its ack (None for ``AckPolicy.NONE``).
 
         Use as ``ack = await pub.publish(...)``, in ``asyncio.gather``, or in a task.
-        The message goes out when ``publish`` is called (unless it must wait for room
-        in ``max_inflight``); the awaitable returned gives its ack. ``expected_offset``
+        The message goes out when ``publish`` is called, or, when it must wait for room
+        in ``max_inflight``, as soon as acks free room (in call order, whether or not the
+        awaitable was awaited yet); the awaitable returned gives its ack. ``expected_offset``
         asks a stream with optimistic concurrency control to store the message only at
         that offset (:class:`IncorrectOffsetError` otherwise). ``timeout`` (default:
         the publisher's ``ack_timeout``) bounds the whole call. Raises (when awaited)
