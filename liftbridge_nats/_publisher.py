@@ -27,8 +27,10 @@ entry and one append to nats-py's outgoing buffer: no timer, no task and no
 ``wait_for`` per message (one ``loop.call_at`` timer serves every deadline). When that
 buffer is over nats-py's pending limit, messages wait in order in the sender's bounded
 outbox, and the sender hands them to the same fast path as nats-py's flusher catches up.
-``publish`` returns the ack's future itself (a :class:`~._inflight.PublishCall`) when
-the message went out at once, and the ack is read from its protobuf lazily.
+``publish`` returns the ack's future itself (a :class:`~._inflight.PublishCall`); when
+``max_inflight`` messages already wait for their ack, that call waits in the ledger's
+queue (no task of its own) and the ledger sends it as acks free room. The ack is read
+from its protobuf lazily.
 
 Acks: Liftbridge acks a message on the inbox it carries; the first ack of a correlation
 id settles its future. When several streams record the same subject each of them acks:
@@ -221,6 +223,45 @@ async def _raising(exc: BaseException) -> Any:
     raise exc
 
 
+# publish()'s arguments, serialized: subject, value, key, headers, ack policy,
+# correlation id, expected offset, timeout.
+_PublishArgs = tuple[
+    str, Any, Any, Mapping[str, bytes] | None, AckPolicy, str | None, int | None, float | None
+]
+
+
+def _same(call: AckFuture) -> AckFuture:
+    """The future a queued publish is sent with: the call returned to its caller."""
+    return call
+
+
+class _Queued:
+    """A :meth:`Publisher.publish` call waiting in the ledger's queue for room (a
+    :class:`~._inflight.RoomWaiter`): its arguments and the call its caller awaits.
+    Woken, it is sent at once; cancelled (the call), it is skipped."""
+
+    __slots__ = ("args", "call", "submit")
+
+    def __init__(
+        self, call: AckFuture, submit: Callable[[_Queued], None], args: _PublishArgs
+    ) -> None:
+        self.call = call
+        self.submit = submit
+        self.args = args
+
+    def done(self) -> bool:
+        return self.call.done()
+
+    def set_result(self, _: None, /) -> None:
+        self.submit(self)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        # The publisher closed while it waited: raised where the call is awaited, and
+        # (as before) not counted as a failed publish.
+        if not self.call.done():
+            asyncio.Future.set_exception(self.call, exception)
+
+
 def _not_started(*_: object) -> Any:
     raise PublisherClosedError("the publisher is not started: use `async with Publisher(nc)`")
 
@@ -281,6 +322,7 @@ class _Session:
         "ledger",
         "listener",
         "loop",
+        "queued",
         "refresh",
         "resumes",
         "sender",
@@ -304,6 +346,8 @@ class _Session:
         self.timers: dict[str, asyncio.TimerHandle] = {}
         # Background resumes of paused partitions (publish_to_stream_async), by partition.
         self.resumes: dict[tuple[str, int], asyncio.Task[None]] = {}
+        # Queued publishes the fast path refused once woken, sent the slow way.
+        self.queued: set[asyncio.Task[None]] = set()
         # The telemetry refresh (see _TELEMETRY_REFRESH), when one is needed.
         self.refresh: asyncio.TimerHandle | None = None
         self.closed = asyncio.Event()
@@ -664,10 +708,10 @@ class Publisher(Generic[V, K]):
         if session.refresh is not None:
             session.refresh.cancel()
             session.refresh = None
-        resumes = list(session.resumes.values())
-        for task in resumes:
+        tasks = [*session.resumes.values(), *session.queued]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*resumes, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         # First what never left (it fails as not sent), then what went out unacked.
         await session.sender.stop(_unsent_error)
         for flight in ledger.drain():
@@ -698,8 +742,9 @@ class Publisher(Generic[V, K]):
         """Publish one message and wait for its ack (None for ``AckPolicy.NONE``).
 
         Use as ``ack = await pub.publish(...)``, in ``asyncio.gather``, or in a task.
-        The message goes out when ``publish`` is called (unless it must wait for room
-        in ``max_inflight``); the awaitable returned gives its ack. ``expected_offset``
+        The message goes out when ``publish`` is called, or, when it must wait for room
+        in ``max_inflight``, as soon as acks free room (in call order, whether or not the
+        awaitable was awaited yet); the awaitable returned gives its ack. ``expected_offset``
         asks a stream with optimistic concurrency control to store the message only at
         that offset (:class:`IncorrectOffsetError` otherwise). ``timeout`` (default:
         the publisher's ``ack_timeout``) bounds the whole call. Raises (when awaited)
@@ -731,11 +776,68 @@ class Publisher(Generic[V, K]):
             )
         except Exception as exc:
             return _raising(exc)  # errors surface where the call is awaited, as before
-        if flight is None:
-            return self._publish_waiting(
-                subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
+        if flight is not None:
+            return flight[FUTURE]  # type: ignore[return-value]  # made by _create_call
+        if self._fast and self._state == _OPEN:
+            # No room in the ledger (only that stops the fast path here, or waiters are
+            # ahead): wait in its queue as a PublishCall, sent when room frees.
+            call: Any = self._create_call()
+            self._live().ledger.enqueue(
+                _Queued(
+                    call,
+                    self._submit_queued,
+                    (
+                        subject,
+                        value,
+                        key,
+                        headers,
+                        ack_policy,
+                        correlation_id,
+                        expected_offset,
+                        timeout,
+                    ),
+                )
             )
-        return flight[FUTURE]  # type: ignore[return-value]  # made by _create_call: a PublishCall
+            return call  # type: ignore[no-any-return]
+        return self._publish_waiting(
+            subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
+        )
+
+    def _submit_queued(self, queued: _Queued) -> None:
+        """Send a publish that waited in the ledger's queue, now that it has room.
+
+        Runs from the ledger (in an ack handler, the deadline timer, or a cancel);
+        whatever goes wrong settles the call, never the caller of the ledger.
+        """
+        call = queued.call
+        if call.done():  # cancelled while it waited: forgotten
+            return
+        try:
+            flight = self._submit_now(*queued.args, functools.partial(_same, call), queued=True)
+        except Exception as exc:
+            # An argument refused (as publish() raises it when awaited): not counted as a
+            # failed publish, as it is not when the message goes at once.
+            asyncio.Future.set_exception(call, exc)
+            return
+        if flight is None:
+            # The fast path refused it after all (NATS disconnected and the reconnect
+            # buffer full): the slow way, in a task of the publisher's.
+            session = self._live()
+            task = session.loop.create_task(self._send_queued(queued))
+            session.queued.add(task)
+            task.add_done_callback(session.queued.discard)
+
+    async def _send_queued(self, queued: _Queued) -> None:
+        call = queued.call
+        try:
+            await self._submit_waiting(*queued.args, make=functools.partial(_same, call))
+        except Exception as exc:
+            if not call.done():
+                asyncio.Future.set_exception(call, exc)
+        except asyncio.CancelledError:
+            if not call.done():
+                asyncio.Future.set_exception(call, self._closed_error())
+            raise
 
     async def _publish_waiting(
         self,
@@ -875,8 +977,11 @@ class Publisher(Generic[V, K]):
         some are still pending after ``timeout`` seconds (default: wait for them all;
         each ends by its own deadline anyway).
         """
-        futures = self._live().ledger.futures()
+        ledger = self._live().ledger
+        futures = ledger.futures()
         futures.extend(f[FUTURE] for f in self._outbox if not f[FUTURE].done())
+        # publish() calls waiting for room were published too: they go out on their own.
+        futures.extend(w.call for w in ledger.queued() if isinstance(w, _Queued) and not w.done())
         if not futures:
             return
         pending = await _wait_settled(futures, timeout)
@@ -897,15 +1002,20 @@ class Publisher(Generic[V, K]):
         timeout: float | None,
         make: Callable[[], AckFuture],
         traced: bool = False,
+        queued: bool = False,
     ) -> Flight | None:
         """Publish one message without awaiting anything; None (and nothing done) when
         that is not possible: no room in the ledger, the fast path off, or the reconnect
         buffer full. The flight's future is ``flight[FUTURE]``.
 
         ``value`` and ``key`` are bytes once serialized (the checks refuse anything
-        else); ``traced``: the caller started the message's span (publish_to_stream).
+        else); ``traced``: the caller started the message's span (publish_to_stream);
+        ``queued``: the ledger woke this message from its queue (it has room, whoever
+        still waits behind it).
         """
-        if len(self._inflight) >= self._max_inflight or self._room_waiters or not self._fast:
+        if (
+            (len(self._inflight) >= self._max_inflight or self._room_waiters) and not queued
+        ) or not self._fast:
             return None
         if correlation_id is None and expected_offset is None and timeout is None:
             flight = self._prepare_fast(subject, value, key, headers, ack_policy, make)
@@ -946,14 +1056,15 @@ class Publisher(Generic[V, K]):
         expected_offset: int | None,
         timeout: float | None,
         traced: bool = False,
+        make: Callable[[], AckFuture] | None = None,
     ) -> Flight:
         """:meth:`_submit_now` for when something must be awaited first or instead."""
         if self._must_wait():
             await self._wait_for_room()
+        if make is None:
+            make = self._create_future
         if correlation_id is None and expected_offset is None and timeout is None:
-            flight = self._prepare_fast(
-                subject, value, key, headers, ack_policy, self._create_future
-            )
+            flight = self._prepare_fast(subject, value, key, headers, ack_policy, make)
         else:
             flight = self._prepare(
                 subject,
@@ -964,7 +1075,7 @@ class Publisher(Generic[V, K]):
                 correlation_id,
                 expected_offset,
                 timeout,
-                self._create_future,
+                make,
                 traced,
             )
         if self._outbox or not self._write(subject, flight[REPLY], flight[DATA]):
