@@ -295,7 +295,9 @@ async def test_metrics_report_the_publishers_counters(
         assert sum(isinstance(r, Exception) for r in results) == 6
         held = await pub.publish_async("s", b"held", timeout=30)
         transport.disconnect()
-        waiting = await pub.publish_async("s", b"x" * 100)
+        # Its own deadline: the publisher's 0.05 s could pass during the sleep below
+        # on a loaded machine, and fail it before the gauges are read.
+        waiting = await pub.publish_async("s", b"x" * 100, timeout=30)
         await asyncio.sleep(0.03)
         seen = metric_values(reader)
         assert seen["messaging.client.sent.messages"] == {"": 28}
