@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from liftbridge_nats import Message, RpcTimeoutError, StartPosition, StopPosition, Subscription
 
 from . import _io
+from ._columns import Columns
 from ._dataloss import data_loss, missing_offsets
 from ._lookup import first_offset
 from ._options import ReadOptions
@@ -99,7 +100,7 @@ class PartitionReader:
         else:
             await self._subscribe(self._next)
 
-    def _take(self, msg: Message, out: list[Message]) -> None:
+    def _take(self, msg: Message, out: Columns) -> None:
         """Add ``msg`` to ``out`` unless it lies past the range; note gaps before it."""
         offset, until = msg.offset, self._rng.until_offset
         if offset < self._next:
@@ -110,17 +111,17 @@ class PartitionReader:
             self.done = True
             return
         self._next = offset + 1
-        out.append(msg)
+        out.add(msg)
         if self._next >= until:
             self.done = True
 
-    async def _fill(self, sub: Subscription, out: list[Message], size: int) -> None:
+    async def _fill(self, sub: Subscription, out: Columns, size: int) -> None:
         """Read into ``out`` until it holds ``size`` messages or the range ends."""
         # The loop runs once per message: locals, and one comparison on the usual path
         # (the next offset, inside the range); anything else goes through _take.
         until = self._rng.until_offset
         expected = self._next
-        append = out.append
+        add = out.add
         receive = sub.__anext__
         try:
             for _ in range(size - len(out)):
@@ -133,7 +134,7 @@ class PartitionReader:
                     self.done = True
                     return
                 if msg.offset == expected and expected < until - 1:
-                    append(msg)
+                    add(msg)
                     expected += 1
                     continue
                 self._next = expected
@@ -144,9 +145,9 @@ class PartitionReader:
         finally:
             self._next = expected
 
-    async def chunk(self, size: int) -> list[Message]:
+    async def chunk(self, size: int) -> Columns:
         """Up to ``size`` more messages of the range; sets :attr:`done` at its end."""
-        out: list[Message] = []
+        out = Columns(self._rng.stream, self._rng.partition)
         # Every message up to the planned end is committed, so a silence means
         # something is wrong: first look whether the offsets are gone (data loss),
         # then, after three times the timeout, fail the task so that Spark retries it
@@ -188,7 +189,7 @@ class PartitionReader:
         await self._client.close()
 
 
-def iter_range(opts: ReadOptions, rng: OffsetRange, chunk_size: int) -> Iterator[list[Message]]:
+def iter_range(opts: ReadOptions, rng: OffsetRange, chunk_size: int) -> Iterator[Columns]:
     """Chunks of messages of ``rng``, pulled on one event loop owned by this generator.
 
     ``asyncio.Runner`` keeps a single loop across the chunks (the subscription lives
@@ -202,8 +203,8 @@ def iter_range(opts: ReadOptions, rng: OffsetRange, chunk_size: int) -> Iterator
         try:
             runner.run(reader.open())
             while not reader.done:
-                msgs = runner.run(reader.chunk(chunk_size))
-                if msgs:
-                    yield msgs
+                chunk = runner.run(reader.chunk(chunk_size))
+                if chunk:
+                    yield chunk
         finally:
             runner.run(reader.close())

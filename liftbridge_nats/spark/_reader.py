@@ -9,13 +9,11 @@ bounded by ``StopPosition.OFFSET`` and hands Spark Arrow record batches.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from operator import attrgetter
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from liftbridge_nats import Message
 from liftbridge_nats._log import get_logger
 
 from . import _io
@@ -31,7 +29,7 @@ from ._planning import (
 )
 from ._schema import arrow_read_schema
 
-__all__ = ["LiftbridgeReader", "messages_to_batch", "plan_bounds", "read_range"]
+__all__ = ["LiftbridgeReader", "plan_bounds", "read_range"]
 
 _log = get_logger("spark")
 
@@ -39,75 +37,11 @@ _log = get_logger("spark")
 # small enough to keep a task's memory flat.
 CHUNK_ROWS = 4096
 
-# Headers the server itself stores on every message (the NATS subject and reply
-# subject); they are already columns, or meaningless to readers.
-_SERVER_HEADERS = frozenset({"subject", "reply"})
-
-
-_GET = {name: attrgetter(name) for name in ("offset", "key", "value", "subject", "headers")}
-
-
-def _headers(msgs: Sequence[Message], arrow_type: Any) -> Any:
-    """The ``headers`` column, built from flat keys, values and offsets.
-
-    Arrow's conversion of a list of lists of pairs costs about ten times as much per
-    row (most messages carry no header at all).
-    """
-    import pyarrow as pa
-
-    offsets = [0]
-    keys: list[str] = []
-    values: list[bytes] = []
-    total = 0
-    server = _SERVER_HEADERS
-    for headers in map(_GET["headers"], msgs):
-        # Most messages carry only the server's own headers (or none): skip those.
-        if headers and not headers.keys() <= server:
-            for k, v in headers.items():
-                if k not in server:
-                    keys.append(k)
-                    values.append(v)
-                    total += 1
-        offsets.append(total)
-    return pa.MapArray.from_arrays(
-        pa.array(offsets, pa.int32()),
-        pa.array(keys, arrow_type.key_type),
-        pa.array(values, arrow_type.item_type),
-        type=arrow_type,
-    )
-
-
-def _column(name: str, arrow_type: Any, msgs: Sequence[Message]) -> Any:
-    import numpy as np
-    import pyarrow as pa
-
-    n = len(msgs)
-    if name == "stream":
-        # One range is one partition of one stream.
-        return pa.array([msgs[0].stream] * n, arrow_type)
-    if name == "partition":
-        return pa.array(np.full(n, msgs[0].partition, dtype=np.int32), arrow_type)
-    if name == "timestamp":
-        # Liftbridge stamps nanoseconds; Spark timestamps are microseconds.
-        ns = np.fromiter(map(attrgetter("timestamp"), msgs), dtype=np.int64, count=n)
-        return pa.array(ns // 1000, arrow_type)
-    if name == "headers":
-        return _headers(msgs, arrow_type)
-    return pa.array(list(map(_GET[name], msgs)), arrow_type)
-
-
-def messages_to_batch(msgs: Sequence[Message], arrow_schema: Any) -> Any:
-    """One Arrow ``RecordBatch`` in the source's schema from messages of one partition."""
-    import pyarrow as pa
-
-    arrays = [_column(f.name, f.type, msgs) for f in arrow_schema]
-    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
-
 
 def read_range(opts: ReadOptions, rng: OffsetRange, arrow_schema: Any) -> Iterator[Any]:
     """Arrow batches of every message of ``rng`` (one task's work)."""
-    for msgs in iter_range(opts, rng, CHUNK_ROWS):
-        yield messages_to_batch(msgs, arrow_schema)
+    for chunk in iter_range(opts, rng, CHUNK_ROWS):
+        yield chunk.to_batch(arrow_schema)
 
 
 async def _plan(opts: ReadOptions) -> dict[str, dict[int, tuple[int, int]]]:

@@ -1,0 +1,110 @@
+"""A chunk of one partition's messages held as columns, and its Arrow record batch.
+
+A read task gathers thousands of messages per chunk. Kept as ``Message`` objects
+(each with its headers dict), a chunk holds thousands of objects that Python's
+cyclic garbage collector tracks, and it scans them again and again while the chunk
+fills: about a fifth of a read's CPU. The fields themselves (ints, bytes, strings)
+are not tracked, so a chunk keeps those, column by column, and lets each message go
+as soon as it is added.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from liftbridge_nats import Message
+
+__all__ = ["Columns"]
+
+# Headers the server itself stores on every message (the NATS subject and reply
+# subject); they are already columns, or meaningless to readers.
+_SERVER_HEADERS = frozenset({"subject", "reply"})
+
+
+class Columns:
+    """The fields of consecutive messages of one stream partition, in order."""
+
+    __slots__ = (
+        "header_ends",
+        "header_keys",
+        "header_values",
+        "keys",
+        "offsets",
+        "partition",
+        "stream",
+        "subjects",
+        "timestamps",
+        "values",
+    )
+
+    def __init__(self, stream: str, partition: int) -> None:
+        self.stream = stream
+        self.partition = partition
+        self.offsets: list[int] = []
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes] = []
+        self.timestamps: list[int] = []
+        self.subjects: list[str] = []
+        # The headers as a flat map column: message i has the pairs
+        # [header_ends[i], header_ends[i + 1]) of header_keys / header_values.
+        self.header_ends: list[int] = [0]
+        self.header_keys: list[str] = []
+        self.header_values: list[bytes] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def add(self, msg: Message) -> None:
+        """Append the fields of ``msg``."""
+        self.offsets.append(msg.offset)
+        self.keys.append(msg.key)
+        self.values.append(msg.value)
+        self.timestamps.append(msg.timestamp)
+        self.subjects.append(msg.subject)
+        headers = msg.headers
+        # Most messages carry only the server's own headers (or none): skip those.
+        if headers and not headers.keys() <= _SERVER_HEADERS:
+            for k, v in headers.items():
+                if k not in _SERVER_HEADERS:
+                    self.header_keys.append(k)
+                    self.header_values.append(v)
+        self.header_ends.append(len(self.header_keys))
+
+    def to_batch(self, arrow_schema: Any) -> Any:
+        """One Arrow ``RecordBatch`` in ``arrow_schema`` (the source's read schema)."""
+        import pyarrow as pa
+
+        return pa.RecordBatch.from_arrays(
+            [self._column(f.name, f.type) for f in arrow_schema], schema=arrow_schema
+        )
+
+    def _column(self, name: str, arrow_type: Any) -> Any:
+        import numpy as np
+        import pyarrow as pa
+
+        n = len(self.offsets)
+        if name == "stream":
+            return pa.array([self.stream] * n, arrow_type)
+        if name == "partition":
+            return pa.array(np.full(n, self.partition, dtype=np.int32), arrow_type)
+        if name == "offset":
+            return pa.array(self.offsets, arrow_type)
+        if name == "key":
+            return pa.array(self.keys, arrow_type)
+        if name == "value":
+            return pa.array(self.values, arrow_type)
+        if name == "timestamp":
+            # Liftbridge stamps nanoseconds; Spark timestamps are microseconds.
+            return pa.array(np.array(self.timestamps, dtype=np.int64) // 1000, arrow_type)
+        if name == "subject":
+            return pa.array(self.subjects, arrow_type)
+        if name == "headers":
+            # Built from flat keys, values and offsets: Arrow's conversion of a list
+            # of lists of pairs costs about ten times as much per row.
+            return pa.MapArray.from_arrays(
+                pa.array(self.header_ends, pa.int32()),
+                pa.array(self.header_keys, arrow_type.key_type),
+                pa.array(self.header_values, arrow_type.item_type),
+                type=arrow_type,
+            )
+        raise ValueError(f"no column {name!r} in the liftbridge read schema")

@@ -1,0 +1,77 @@
+"""A read chunk's columns and the Arrow batch built from them: pure, no Spark session."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+import pytest
+
+from liftbridge_nats import Message
+from liftbridge_nats.spark._columns import Columns
+from liftbridge_nats.spark._schema import arrow_read_schema, read_schema
+
+NS = 1_700_000_000_123_456_789
+
+
+def _messages() -> list[Message]:
+    return [
+        # The server's own headers only: an empty map.
+        Message("orders", 2, 10, b"a", None, NS, "orders.2", "", {"subject": b"orders.2"}),
+        # A user header beside the server's: only the user's is kept.
+        Message("orders", 2, 11, b"b", b"k", NS + 1000, "orders.2", "", {"reply": b"", "h": b"1"}),
+        # No header at all, an empty value.
+        Message("orders", 2, 12, b"", b"k2", NS + 2000, "orders.2"),
+    ]
+
+
+def _columns() -> Columns:
+    cols = Columns("orders", 2)
+    for msg in _messages():
+        cols.add(msg)
+    return cols
+
+
+def test_batch_in_the_read_schema() -> None:
+    schema = arrow_read_schema(read_schema(True))
+    cols = _columns()
+    assert len(cols) == 3
+    batch = cols.to_batch(schema)
+    assert batch.schema.equals(schema)
+    rows = batch.to_pylist()
+    assert [r["stream"] for r in rows] == ["orders"] * 3
+    assert [r["partition"] for r in rows] == [2, 2, 2]
+    assert [r["offset"] for r in rows] == [10, 11, 12]
+    assert [r["key"] for r in rows] == [None, b"k", b"k2"]
+    assert [r["value"] for r in rows] == [b"a", b"b", b""]
+    assert [r["subject"] for r in rows] == ["orders.2"] * 3
+    assert [r["headers"] for r in rows] == [[], [("h", b"1")], []]
+    # Nanoseconds become Spark's microseconds (truncated).
+    first = dt.datetime.fromtimestamp(NS // 1000 / 1e6, dt.UTC)
+    assert rows[0]["timestamp"] == first
+    assert batch.column(batch.schema.get_field_index("timestamp")).cast(pa.int64()).to_pylist() == [
+        NS // 1000,
+        NS // 1000 + 1,
+        NS // 1000 + 2,
+    ]
+
+
+def test_batch_without_headers() -> None:
+    schema = arrow_read_schema(read_schema(False))
+    batch = _columns().to_batch(schema)
+    assert batch.schema.equals(schema)
+    assert "headers" not in batch.schema.names
+    assert batch.num_rows == 3
+
+
+def test_empty_chunk() -> None:
+    schema = arrow_read_schema(read_schema(True))
+    cols = Columns("orders", 0)
+    assert not cols
+    assert cols.to_batch(schema).num_rows == 0
+
+
+def test_unknown_column_is_refused() -> None:
+    schema = pa.schema([pa.field("nope", pa.int64())])
+    with pytest.raises(ValueError, match="no column 'nope'"):
+        _columns().to_batch(schema)
