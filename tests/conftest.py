@@ -8,6 +8,10 @@ Under the containers backend every test runs its servers in containers, or says 
 cannot (``@pytest.mark.processes_only("why")``, which skips it with that reason). A test
 that quietly started a LocalCluster instead would pass on processes unnoticed, so here
 that start fails the test with what to do.
+
+Fixtures shared by several folders: ``jwt_hub_cluster`` (NATS in operator mode, for
+creds-file logins), and ``traced``, ``metered`` and ``metric_values`` (OpenTelemetry
+SDK providers read in memory).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from liftbridge_nats.testing import LocalCluster
 from liftbridge_nats.testing._backend import CONTAINERS, selected_backend
+from liftbridge_nats.testing._jwt import OperatorHub, operator_hub_cluster
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -47,6 +52,16 @@ def _containers_backend_means_containers(
         )
 
     monkeypatch.setattr(LocalCluster, "start", refuse)
+
+
+@pytest.fixture(scope="module")
+def jwt_hub_cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[LocalCluster, OperatorHub]]:
+    """A 1-node LocalCluster whose NATS is a leaf node of an operator-mode (JWT) hub, and
+    the hub (its URL, and the account to write creds files for), per test module."""
+    with operator_hub_cluster(tmp_path_factory.mktemp("jwt")) as pair:
+        yield pair
 
 
 @pytest.fixture

@@ -9,17 +9,11 @@ key) may appear in an exception message or in a log line of the SDK or of nats-p
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 import logging
 import secrets
-import socket
 import ssl
-import subprocess
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +31,14 @@ from liftbridge_nats import (
     StopPosition,
     TLSConfig,
 )
-from liftbridge_nats.testing import LocalCluster, find_nats_server
+from liftbridge_nats.testing import LocalCluster
 from liftbridge_nats.testing._certs import TestCertificates, generate_certificates
+from liftbridge_nats.testing._jwt import (
+    OperatorHub,
+    new_keypair,
+    seed_lines,
+    write_creds,
+)
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -506,156 +506,18 @@ async def test_spark_nats_connection_wrong_password_is_a_liftbridge_error(
 
 
 # ------------------------------------------------------------------ NATS creds file (JWT)
-# A creds file holds a user JWT and its NKey seed; nats-server accepts it only in
-# operator (JWT) mode, where every client needs a JWT. Liftbridge v1.9.0 can log in to
-# NATS only with user/password or TLS, so it stays on the harness's NATS, which joins an
-# operator-mode hub as a leaf node (itself logging in with a creds file). The application
-# connects to the hub with its creds file: publishes and acks cross the leaf connection.
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _jwt(issuer: nkeys.KeyPair, subject: str, name: str, nats_claims: dict[str, Any]) -> str:
-    """An ed25519-nkey JWT, as the NATS JWT v2 format defines it."""
-    header = {"typ": "JWT", "alg": "ed25519-nkey"}
-    claims = {
-        "jti": base64.b32encode(secrets.token_bytes(32)).decode().rstrip("="),
-        "iat": int(time.time()) - 60,
-        "iss": issuer.public_key.decode(),
-        "name": name,
-        "sub": subject,
-        "nats": {**nats_claims, "version": 2},
-    }
-    signing_input = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
-    return f"{signing_input}.{_b64(issuer.sign(signing_input.encode()))}"
-
-
-def _keypair(prefix: int) -> nkeys.KeyPair:
-    return nkeys.from_seed(nkeys.encode_seed(secrets.token_bytes(32), prefix))
-
-
-_UNLIMITED = {"subs": -1, "data": -1, "payload": -1}
-
-
-def _creds(
-    path: Path, account: nkeys.KeyPair, name: str, seed_of: nkeys.KeyPair | None = None
-) -> Path:
-    """Write a creds file for a new user of ``account`` (``seed_of`` puts another key's
-    seed beside the JWT: a creds file whose seed does not match its JWT)."""
-    user = _keypair(nkeys.PREFIX_BYTE_USER)
-    token = _jwt(
-        account,
-        user.public_key.decode(),
-        name,
-        {"type": "user", "pub": {}, "sub": {}, **_UNLIMITED},
-    )
-    seed = (seed_of or user).seed.decode()
-    path.write_text(
-        "-----BEGIN NATS USER JWT-----\n"
-        f"{token}\n"
-        "------END NATS USER JWT------\n\n"
-        "-----BEGIN USER NKEY SEED-----\n"
-        f"{seed}\n"
-        "------END USER NKEY SEED------\n"
-    )
-    path.chmod(0o600)
-    return path
-
-
-@dataclass
-class _Hub:
-    url: str
-    account: nkeys.KeyPair
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def creds_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, _Hub]]:
-    workdir = tmp_path_factory.mktemp("jwt")
-    operator = _keypair(nkeys.PREFIX_BYTE_OPERATOR)
-    account = _keypair(nkeys.PREFIX_BYTE_ACCOUNT)
-    operator_jwt = _jwt(
-        operator, operator.public_key.decode(), "lbn-test-operator", {"type": "operator"}
-    )
-    account_jwt = _jwt(
-        operator,
-        account.public_key.decode(),
-        "lbn-test-account",
-        {
-            "type": "account",
-            "limits": {
-                **_UNLIMITED,
-                "imports": -1,
-                "exports": -1,
-                "wildcards": True,
-                "conn": -1,
-                "leaf": -1,
-            },
-        },
-    )
-    client_port, leaf_port = _free_port(), _free_port()
-    hub_conf = workdir / "hub.conf"
-    hub_conf.write_text(
-        "\n".join(
-            [
-                f"listen: 127.0.0.1:{client_port}",
-                f'operator: "{operator_jwt}"',
-                "resolver: MEMORY",
-                f'resolver_preload: {{ {account.public_key.decode()}: "{account_jwt}" }}',
-                f"leafnodes {{ listen: 127.0.0.1:{leaf_port} }}",
-            ]
-        )
-        + "\n"
-    )
-    log = (workdir / "hub.log").open("wb")
-    hub = subprocess.Popen(
-        [str(find_nats_server()), "-c", str(hub_conf)], stdout=log, stderr=subprocess.STDOUT
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while not _port_open(client_port) or not _port_open(leaf_port):
-            assert hub.poll() is None, (workdir / "hub.log").read_text()
-            assert time.monotonic() < deadline, "the operator-mode hub did not start"
-            time.sleep(0.05)
-        leaf_creds = _creds(workdir / "leaf.creds", account, "liftbridge-leaf")
-        leaf = "\n".join(
-            [
-                "leafnodes {",
-                "  remotes = [",
-                f'    {{ url: "nats-leaf://127.0.0.1:{leaf_port}", credentials: "{leaf_creds}" }}',
-                "  ]",
-                "}",
-            ]
-        )
-        with LocalCluster(1, nats_config=leaf) as cluster:
-            yield cluster, _Hub(f"nats://127.0.0.1:{client_port}", account)
-    finally:
-        hub.kill()
-        hub.wait()
-        log.close()
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
+# A creds file is accepted only in operator (JWT) mode; Liftbridge stays on a leaf node
+# of an operator-mode hub, where the application connects (see testing._jwt).
 
 
 async def test_nats_creds_file_publishes_through_an_operator_mode_server(
-    creds_cluster: tuple[LocalCluster, _Hub],
+    jwt_hub_cluster: tuple[LocalCluster, OperatorHub],
     tmp_path: Path,
     unique_name: Any,
     all_logs: pytest.LogCaptureFixture,
 ) -> None:
-    cluster, hub = creds_cluster
-    creds = _creds(tmp_path / "app.creds", hub.account, "app")
+    cluster, hub = jwt_hub_cluster
+    creds = write_creds(tmp_path / "app.creds", hub.account, "app")
     nc = await nats.connect(hub.url, user_credentials=str(creds), **CONNECT)
     try:
         # The stream's subscription reaches the hub through the leaf connection a
@@ -667,19 +529,17 @@ async def test_nats_creds_file_publishes_through_an_operator_mode_server(
         await _roundtrip_existing(nc, cluster.brokers, name, retry=True)
     finally:
         await nc.close()
-    _assert_no_secret(all_logs.text, *_seed_lines(creds))
-
-
-def _seed_lines(creds: Path) -> list[str]:
-    return [line for line in creds.read_text().splitlines() if line.startswith("SU")]
+    _assert_no_secret(all_logs.text, *seed_lines(creds))
 
 
 async def test_nats_creds_file_with_a_foreign_seed_is_refused(
-    creds_cluster: tuple[LocalCluster, _Hub], tmp_path: Path, all_logs: pytest.LogCaptureFixture
+    jwt_hub_cluster: tuple[LocalCluster, OperatorHub],
+    tmp_path: Path,
+    all_logs: pytest.LogCaptureFixture,
 ) -> None:
-    _, hub = creds_cluster
-    stranger = _keypair(nkeys.PREFIX_BYTE_USER)
-    creds = _creds(tmp_path / "bad.creds", hub.account, "app", seed_of=stranger)
+    _, hub = jwt_hub_cluster
+    stranger = new_keypair(nkeys.PREFIX_BYTE_USER)
+    creds = write_creds(tmp_path / "bad.creds", hub.account, "app", seed_of=stranger)
     exc = await _refused(hub.url, user_credentials=str(creds))
     text = _exception_text(exc)
     assert "authorization" in text.lower(), text
@@ -687,12 +547,14 @@ async def test_nats_creds_file_with_a_foreign_seed_is_refused(
 
 
 async def test_nats_creds_file_of_an_unknown_account_is_refused(
-    creds_cluster: tuple[LocalCluster, _Hub], tmp_path: Path, all_logs: pytest.LogCaptureFixture
+    jwt_hub_cluster: tuple[LocalCluster, OperatorHub],
+    tmp_path: Path,
+    all_logs: pytest.LogCaptureFixture,
 ) -> None:
-    _, hub = creds_cluster
-    other_account = _keypair(nkeys.PREFIX_BYTE_ACCOUNT)
-    creds = _creds(tmp_path / "other.creds", other_account, "app")
+    _, hub = jwt_hub_cluster
+    other_account = new_keypair(nkeys.PREFIX_BYTE_ACCOUNT)
+    creds = write_creds(tmp_path / "other.creds", other_account, "app")
     exc = await _refused(hub.url, user_credentials=str(creds))
     text = _exception_text(exc)
     assert "authorization" in text.lower(), text
-    _assert_no_secret(text + all_logs.text, *_seed_lines(creds))
+    _assert_no_secret(text + all_logs.text, *seed_lines(creds))
