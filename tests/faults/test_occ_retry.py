@@ -80,17 +80,26 @@ async def test_retry_after_lost_acks_never_writes_twice(
                 loop = asyncio.get_running_loop()
                 outage: dict[str, float] = {}
 
-                async def restart_nats() -> None:
+                async def kill_and_restart() -> None:
+                    await cluster.kill_nats()
+                    outage["killed"] = loop.time()
+                    pending_at_kill.append(pub.pending)
                     await asyncio.sleep(0.5)
                     await cluster.restart_nats()
                     outage["back"] = loop.time()
 
                 fault: asyncio.Task[None] | None = None
-                killed_with_pending = 0
+                pending_at_kill: list[int] = []
                 futures = []
-                # Pipelined at full speed; NATS is killed while many messages are in flight
-                # (sent, perhaps stored, not yet acked).
-                for i in range(total):
+                # Pipelined at full speed, and still publishing when NATS dies: killing a
+                # server takes a while (a container longer than a process), and a loop
+                # that stopped to wait for it would see every ack in flight arrive first.
+                # So the kill runs beside the publishing, which goes on until NATS is
+                # dead: then messages are in flight (sent, perhaps stored, not yet acked).
+                i = 0
+                while i < total or (
+                    fault is not None and not fault.done() and "killed" not in outage
+                ):
                     futures.append(
                         await pub.publish_async(
                             name, b"occ-%d" % i, expected_offset=i, ack_policy=AckPolicy.ALL
@@ -101,10 +110,8 @@ async def test_retry_after_lost_acks_never_writes_twice(
                         and i >= total // 8
                         and (pub.pending >= 2000 or i >= total // 2)
                     ):
-                        killed_with_pending = pub.pending
-                        outage["killed"] = loop.time()
-                        await cluster.kill_nats()
-                        fault = asyncio.create_task(restart_nats())
+                        fault = asyncio.create_task(kill_and_restart())
+                    i += 1
                 assert fault is not None
                 await fault
                 results = await asyncio.gather(*futures, return_exceptions=True)
@@ -132,7 +139,7 @@ async def test_retry_after_lost_acks_never_writes_twice(
         f"misplaced={len(misplaced)} stored={len(messages)} duplicates={duplicates} "
         f"resent={stats.resent} timed_out={stats.timed_out} faults={len(outage) // 2} NATS "
         f"kill+restart ({down:.1f} s until NATS and the node were back) with "
-        f"{killed_with_pending} messages in flight"
+        f"{pending_at_kill[0]} messages in flight when it died"
     )
     # Never written twice, and every ack names the offset that holds its message.
     assert duplicates == 0, "a retried message was stored twice"
