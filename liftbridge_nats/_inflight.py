@@ -6,12 +6,15 @@ Built for the hot path of pipelined publishing:
 * one dict maps correlation ids to flights; a flight is a plain tuple (no per-message
   object beyond the future and the tuple);
 * deadlines need no per-message timer: flights published with the publisher's default
-  timeout are appended to a deque in deadline order, and one ``loop.call_at`` timer,
+  timeout are marked in a deque in deadline order, and one ``loop.call_at`` timer,
   armed for the oldest live deadline, expires them in batches. Flights with their own
   timeout go to a small heap instead, since they may be due before older ones;
-* acked flights are dropped from the head of the deque as they are settled (acks mostly
-  come in publishing order) and the deque is compacted when stale entries pile up, so
-  memory stays proportional to ``max_inflight``.
+* acked flights are dropped from the head of the deque as they are settled (acks come
+  in publishing order per partition) and the deque is compacted when stale entries pile
+  up, so memory stays proportional to ``max_inflight``. The deque and the heap hold
+  (deadline, correlation id) marks, not the flights: when acks of several partitions
+  interleave, the marks of acked messages wait in the deque, and a mark of two atoms
+  keeps neither the future nor its ack alive (nor in the garbage collector's way).
 
 The encoded bytes of every in-flight message stay in its flight, so a later caller can
 re-send it unchanged (same correlation id) after a reconnect or a timeout.
@@ -22,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import heapq
-import itertools
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator, Mapping, Sized
 from typing import Any, Final, Protocol
@@ -155,6 +157,9 @@ REPLY: Final = 5
 FINAL: Final = 6
 ATTEMPT: Final = 7
 
+# Where a flight's deadline stands in the deque or the heap: (deadline, correlation id).
+_Mark = tuple[float, str]
+
 # Timer resolution: a deadline may fire up to this late; in exchange a steady stream of
 # expiring messages costs one timer callback per tick, not one per message.
 _TICK = 0.005
@@ -176,7 +181,6 @@ class InflightLedger:
         "_closed",
         "_entries",
         "_heap",
-        "_heap_seq",
         "_loop",
         "_low_water",
         "_on_expired",
@@ -200,9 +204,8 @@ class InflightLedger:
         self._low_water = max_inflight - max(1, max_inflight // 4)
         self._on_expired = on_expired
         self._entries: dict[str, Flight] = {}
-        self._order: deque[Flight] = deque()
-        self._heap: list[tuple[float, int, Flight]] = []
-        self._heap_seq = itertools.count()
+        self._order: deque[_Mark] = deque()
+        self._heap: list[_Mark] = []
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         self._waiters: deque[RoomWaiter] = deque()
@@ -264,15 +267,17 @@ class InflightLedger:
         """Record a flight. ``ordered`` says its deadline is not earlier than any
         deadline added before with ``ordered`` (true for the publisher's default timeout).
         """
-        self._entries[flight[CID]] = flight
+        cid = flight[CID]
+        deadline = flight[DEADLINE]
+        self._entries[cid] = flight
         if ordered:
             order = self._order
-            order.append(flight)
+            order.append((deadline, cid))
             if len(order) > _STALE_FACTOR * len(self._entries) + _STALE_SLACK:
                 self._compact()
         else:
-            heapq.heappush(self._heap, (flight[DEADLINE], next(self._heap_seq), flight))
-        if self._timer is None or flight[DEADLINE] < self._timer_at:
+            heapq.heappush(self._heap, (deadline, cid))
+        if self._timer is None or deadline < self._timer_at:
             self._arm()
 
     def settle(self, correlation_id: str) -> Flight | None:
@@ -281,7 +286,7 @@ class InflightLedger:
         if flight is None:
             return None
         order = self._order
-        if order and order[0] is flight:
+        if order and order[0][1] == correlation_id:
             order.popleft()
         if self._waiters and len(self._entries) <= self._low_water:
             self._wake_all_that_fit()
@@ -391,17 +396,16 @@ class InflightLedger:
         self._timer = self._loop.call_at(when, self._on_timer)
 
     def _next_deadline(self) -> float | None:
-        entries = self._entries
         order = self._order
         # Drop settled flights from the head so the timer aims at a live deadline.
-        while order and entries.get(order[0][CID]) is not order[0]:
+        while order and not self._is_live(order[0]):
             order.popleft()
         heap = self._heap
-        while heap and entries.get(heap[0][2][CID]) is not heap[0][2]:
+        while heap and not self._is_live(heap[0]):
             heapq.heappop(heap)
         candidates = []
         if order:
-            candidates.append(order[0][DEADLINE])
+            candidates.append(order[0][0])
         if heap:
             candidates.append(heap[0][0])
         return min(candidates) if candidates else None
@@ -412,16 +416,18 @@ class InflightLedger:
         entries = self._entries
         expired: list[Flight] = []
         order = self._order
-        while order and order[0][DEADLINE] <= now:
-            flight = order.popleft()
-            if entries.get(flight[CID]) is flight:
-                del entries[flight[CID]]
+        while order and order[0][0] <= now:
+            deadline, cid = order.popleft()
+            flight = entries.get(cid)
+            if flight is not None and flight[DEADLINE] == deadline:
+                del entries[cid]
                 expired.append(flight)
         heap = self._heap
         while heap and heap[0][0] <= now:
-            flight = heapq.heappop(heap)[2]
-            if entries.get(flight[CID]) is flight:
-                del entries[flight[CID]]
+            deadline, cid = heapq.heappop(heap)
+            flight = entries.get(cid)
+            if flight is not None and flight[DEADLINE] == deadline:
+                del entries[cid]
                 expired.append(flight)
         for flight in expired:
             self._on_expired(flight)
@@ -429,9 +435,14 @@ class InflightLedger:
             self._wake_all_that_fit()
         self._arm()
 
+    def _is_live(self, mark: _Mark) -> bool:
+        # A correlation id sent again (a retry) is marked anew with its new deadline.
+        flight = self._entries.get(mark[1])
+        return flight is not None and flight[DEADLINE] == mark[0]
+
     def _compact(self) -> None:
-        entries = self._entries
-        self._order = deque(f for f in self._order if entries.get(f[CID]) is f)
+        is_live = self._is_live
+        self._order = deque(mark for mark in self._order if is_live(mark))
 
     # ------------------------------------------------------------------ shutdown
 

@@ -4,6 +4,7 @@ handling of whatever arrives on its inbox, without servers (sans-IO parts)."""
 from __future__ import annotations
 
 import asyncio
+import weakref
 
 import pytest
 
@@ -105,6 +106,40 @@ async def test_ledger_memory_stays_bounded_when_acks_come_out_of_order() -> None
         ledger.settle(f"m{i}")
     assert len(ledger) == 1
     assert len(ledger._order) <= 4 * len(ledger) + 1024 + 1
+    ledger.close()
+
+
+async def test_acked_flights_behind_an_unacked_one_are_freed_at_once() -> None:
+    # Acks of several partitions interleave: an acked message whose deadline mark still
+    # waits in the deque behind an unacked one must not stay alive (future, ack, data).
+    loop = asyncio.get_running_loop()
+    ledger = InflightLedger(loop, max_inflight=100, on_expired=lambda f: None)
+    ledger.add(_flight(loop, "slow-partition", 60), True)
+    acked = _flight(loop, "fast-partition", 60)
+    ledger.add(acked, True)
+    future = weakref.ref(acked[FUTURE])
+    settled = ledger.settle("fast-partition")
+    assert settled is acked
+    del acked, settled
+    assert future() is None
+    assert len(ledger._order) == 2  # the mark stays until the head moves on
+    ledger.close()
+
+
+async def test_a_resent_correlation_id_expires_by_its_new_deadline() -> None:
+    expired: list[Flight] = []
+    loop = asyncio.get_running_loop()
+    ledger = InflightLedger(loop, max_inflight=100, on_expired=expired.append)
+    first = _flight(loop, "again", 0.01)
+    ledger.add(first, True)
+    assert ledger.settle("again") is first
+    resent = _flight(loop, "again", 0.2)
+    ledger.add(resent, True)
+    await asyncio.sleep(0.05)  # the first deadline passed: its mark is stale
+    assert expired == []
+    assert ledger.get("again") is resent
+    await asyncio.sleep(0.25)
+    assert expired == [resent]
     ledger.close()
 
 
