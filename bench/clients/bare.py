@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import secrets
 import time
+from collections import deque
 from typing import Any
 
 import nats
@@ -234,3 +235,79 @@ async def subscribe(spec: dict[str, Any]) -> dict[str, Any]:
                 break
         call.cancel()
         return meter.stop(seen, count - seen)
+
+
+async def _awaited(spec: dict[str, Any], run_pattern: Any) -> dict[str, Any]:
+    """Shared set-up of the bare ceilings of the services' patterns: pre-encoded
+    envelopes, one plain future per message, resolved in arrival order by the ack
+    subscription (one partition acks in publishing order), no parsing or matching."""
+    nc = await nats.connect(spec["nats_url"])
+    try:
+        inbox = nc.new_inbox()
+        waiting: deque[asyncio.Future[None]] = deque()
+        popleft = waiting.popleft
+
+        async def on_ack(_msg: Any) -> None:
+            future = popleft()
+            if not future.done():
+                future.set_result(None)
+
+        sub = await nc.subscribe(inbox, cb=on_ack)
+        warm = _envelopes(spec, inbox, spec["warmup"], 0)
+        timed = _envelopes(spec, inbox, spec["count"], len(warm))
+        subject = spec["subject"]
+        await run_pattern(nc, subject, warm, waiting)
+        meter = Meter()
+        meter.start()
+        await run_pattern(nc, subject, timed, waiting)
+        result = meter.stop(len(timed))
+        await sub.unsubscribe()
+        return result
+    finally:
+        await nc.close()
+
+
+async def burst(spec: dict[str, Any]) -> dict[str, Any]:
+    """The ceiling of ``ours burst 20k``: bursts of pre-encoded envelopes, a plain
+    future each, gathered."""
+    size = spec.get("burst", 20_000)
+
+    async def run(
+        nc: Any, subject: str, envelopes: list[bytes], waiting: deque[asyncio.Future[None]]
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        publish = nc.publish
+        for start in range(0, len(envelopes), size):
+            futures = []
+            for env in envelopes[start : start + size]:
+                future = loop.create_future()
+                waiting.append(future)
+                futures.append(future)
+                await publish(subject, env)
+            await asyncio.gather(*futures)
+
+    return await _awaited(spec, run)
+
+
+async def tasks(spec: dict[str, Any]) -> dict[str, Any]:
+    """The ceiling of ``ours 100 tasks / 1000 tasks``: that many tasks, each looping
+    on publishing a pre-encoded envelope and awaiting a plain future."""
+    workers = spec["tasks"]
+
+    async def run(
+        nc: Any, subject: str, envelopes: list[bytes], waiting: deque[asyncio.Future[None]]
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        publish = nc.publish
+        append = waiting.append
+
+        async def worker(mine: list[bytes]) -> None:
+            for env in mine:
+                future = loop.create_future()
+                append(future)
+                await publish(subject, env)
+                await future
+
+        await asyncio.gather(*(worker(envelopes[i::workers]) for i in range(workers)))
+
+    return await _awaited(spec, run)
