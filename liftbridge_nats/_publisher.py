@@ -496,6 +496,8 @@ class Publisher(Generic[V, K]):
         self._fast = False
         self._create_future: Callable[[], AckFuture] = _not_started
         self._create_call: Callable[[], AckFuture] = _not_started
+        # Bound once: a burst over max_inflight queues thousands of calls, each holding it.
+        self._submit_queued_call: Callable[[_Queued], None] = self._submit_queued
         self._time: Callable[[], float] = _not_started
         self._reply_prefix = b""
         self._max_payload = 0
@@ -785,7 +787,7 @@ class Publisher(Generic[V, K]):
             self._live().ledger.enqueue(
                 _Queued(
                     call,
-                    self._submit_queued,
+                    self._submit_queued_call,
                     (
                         subject,
                         value,
