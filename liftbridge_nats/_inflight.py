@@ -11,10 +11,11 @@ Built for the hot path of pipelined publishing:
   timeout go to a small heap instead, since they may be due before older ones;
 * acked flights are dropped from the head of the deque as they are settled (acks come
   in publishing order per partition) and the deque is compacted when stale entries pile
-  up, so memory stays proportional to ``max_inflight``. The deque and the heap hold
-  (deadline, correlation id) marks, not the flights: when acks of several partitions
-  interleave, the marks of acked messages wait in the deque, and a mark of two atoms
-  keeps neither the future nor its ack alive (nor in the garbage collector's way).
+  up, so memory stays proportional to ``max_inflight``. The deque holds deadlines and
+  correlation ids (two deques side by side), not the flights: when acks of several
+  partitions interleave, acked messages' entries wait in the deque, and floats and
+  strings keep neither the future nor its ack alive; nor does the garbage collector
+  track them (a tuple per message would add to every young collection).
 
 The encoded bytes of every in-flight message stay in its flight, so a later caller can
 re-send it unchanged (same correlation id) after a reconnect or a timeout.
@@ -157,7 +158,7 @@ REPLY: Final = 5
 FINAL: Final = 6
 ATTEMPT: Final = 7
 
-# Where a flight's deadline stands in the deque or the heap: (deadline, correlation id).
+# Where a custom deadline stands in the heap: (deadline, correlation id).
 _Mark = tuple[float, str]
 
 # Timer resolution: a deadline may fire up to this late; in exchange a steady stream of
@@ -185,6 +186,7 @@ class InflightLedger:
         "_low_water",
         "_on_expired",
         "_order",
+        "_order_cids",
         "_timer",
         "_timer_at",
         "_waiters",
@@ -204,7 +206,9 @@ class InflightLedger:
         self._low_water = max_inflight - max(1, max_inflight // 4)
         self._on_expired = on_expired
         self._entries: dict[str, Flight] = {}
-        self._order: deque[_Mark] = deque()
+        # Deadlines in order, and beside each its correlation id.
+        self._order: deque[float] = deque()
+        self._order_cids: deque[str] = deque()
         self._heap: list[_Mark] = []
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
@@ -272,7 +276,8 @@ class InflightLedger:
         self._entries[cid] = flight
         if ordered:
             order = self._order
-            order.append((deadline, cid))
+            order.append(deadline)
+            self._order_cids.append(cid)
             if len(order) > _STALE_FACTOR * len(self._entries) + _STALE_SLACK:
                 self._compact()
         else:
@@ -285,9 +290,10 @@ class InflightLedger:
         flight = self._entries.pop(correlation_id, None)
         if flight is None:
             return None
-        order = self._order
-        if order and order[0][1] == correlation_id:
-            order.popleft()
+        cids = self._order_cids
+        if cids and cids[0] == correlation_id:
+            cids.popleft()
+            self._order.popleft()
         if self._waiters and len(self._entries) <= self._low_water:
             self._wake_all_that_fit()
         return flight
@@ -397,15 +403,17 @@ class InflightLedger:
 
     def _next_deadline(self) -> float | None:
         order = self._order
+        cids = self._order_cids
         # Drop settled flights from the head so the timer aims at a live deadline.
-        while order and not self._is_live(order[0]):
+        while order and not self._is_live(order[0], cids[0]):
             order.popleft()
+            cids.popleft()
         heap = self._heap
-        while heap and not self._is_live(heap[0]):
+        while heap and not self._is_live(*heap[0]):
             heapq.heappop(heap)
         candidates = []
         if order:
-            candidates.append(order[0][0])
+            candidates.append(order[0])
         if heap:
             candidates.append(heap[0][0])
         return min(candidates) if candidates else None
@@ -416,8 +424,10 @@ class InflightLedger:
         entries = self._entries
         expired: list[Flight] = []
         order = self._order
-        while order and order[0][0] <= now:
-            deadline, cid = order.popleft()
+        cids = self._order_cids
+        while order and order[0] <= now:
+            deadline = order.popleft()
+            cid = cids.popleft()
             flight = entries.get(cid)
             if flight is not None and flight[DEADLINE] == deadline:
                 del entries[cid]
@@ -435,14 +445,16 @@ class InflightLedger:
             self._wake_all_that_fit()
         self._arm()
 
-    def _is_live(self, mark: _Mark) -> bool:
-        # A correlation id sent again (a retry) is marked anew with its new deadline.
-        flight = self._entries.get(mark[1])
-        return flight is not None and flight[DEADLINE] == mark[0]
+    def _is_live(self, deadline: float, correlation_id: str) -> bool:
+        # A correlation id sent again (a retry) is entered anew with its new deadline.
+        flight = self._entries.get(correlation_id)
+        return flight is not None and flight[DEADLINE] == deadline
 
     def _compact(self) -> None:
         is_live = self._is_live
-        self._order = deque(mark for mark in self._order if is_live(mark))
+        live = [(d, c) for d, c in zip(self._order, self._order_cids, strict=True) if is_live(d, c)]
+        self._order = deque(d for d, _ in live)
+        self._order_cids = deque(c for _, c in live)
 
     # ------------------------------------------------------------------ shutdown
 
@@ -471,6 +483,7 @@ class InflightLedger:
         flights = list(self._entries.values())
         self._entries.clear()
         self._order.clear()
+        self._order_cids.clear()
         self._heap.clear()
         return flights
 

@@ -122,7 +122,7 @@ async def test_acked_flights_behind_an_unacked_one_are_freed_at_once() -> None:
     assert settled is acked
     del acked, settled
     assert future() is None
-    assert len(ledger._order) == 2  # the mark stays until the head moves on
+    assert len(ledger._order) == 2  # its deadline stays queued until the head moves on
     ledger.close()
 
 
