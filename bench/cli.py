@@ -148,6 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     for t in report.targets(record):
         ratio = "n/a" if t["ratio"] is None else f"{t['ratio']:.2f}x"
         print(f"target: {t['target']}: {ratio} (goal {t['goal']}x) {t['status']}")
+    for c in report.ceilings(record):
+        print(
+            f"context (not a goal): {c['pattern']}: its bare ceiling / ours publish_async "
+            f"{report.spread(c['ceiling_vs_publish_async'])}, ours / its bare ceiling "
+            f"{report.spread(c['ours_vs_ceiling'])}"
+        )
     failed = sum(1 for c in record["cases"] if "error" in c["result"])
     print(
         f"\n{len(record['cases'])} cases, {failed} failed; wrote "

@@ -18,6 +18,13 @@ OURS_BURST = "ours burst 20k"
 OURS_TASKS_100 = "ours 100 tasks"
 OURS_TASKS_1000 = "ours 1000 tasks"
 SERVICES = (OURS_BURST, OURS_TASKS_100, OURS_TASKS_1000)
+# The bare ceiling of each of those patterns: the same shape with no SDK (pre-encoded
+# envelopes, a plain future per message resolved by the ack subscription).
+BARE_BURST = "bare burst 20k"
+BARE_TASKS_100 = "bare 100 tasks"
+BARE_TASKS_1000 = "bare 1000 tasks"
+SERVICE_CEILINGS = (BARE_BURST, BARE_TASKS_100, BARE_TASKS_1000)
+CEILING_OF = dict(zip(SERVICES, SERVICE_CEILINGS, strict=True))
 # What telemetry and serializers cost, beside "ours" (which runs with opentelemetry-api
 # installed and no SDK configured): the same publishes with opentelemetry not importable,
 # with an OpenTelemetry SDK taking every span and the metrics, and with msgspec Structs
@@ -106,7 +113,7 @@ def publish_clients(
     if telemetry:
         clients += list(TELEMETRY_CLIENTS)
     if topology in settings.services_topologies:
-        clients += list(SERVICES)
+        clients += list(SERVICES) + list(SERVICE_CEILINGS)
     if keyed:
         return clients + ([GO_ASYNC] if settings.go else [])
     if settings.gufo:

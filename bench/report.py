@@ -17,9 +17,10 @@ from bench import plan, spark
 
 Record = dict[str, Any]
 
+# Columns of the publish throughput and CPU tables. The services' patterns and their bare
+# ceilings have a table of their own (see _services_table).
 PUBLISH_ORDER = [
     plan.OURS,
-    *plan.SERVICES,
     plan.BARE,
     plan.GO_ASYNC,
     plan.GO_SYNC,
@@ -27,6 +28,14 @@ PUBLISH_ORDER = [
     plan.GUFO_UNARY,
     plan.OURS_UVLOOP,
     plan.BARE_UVLOOP,
+]
+
+# Bars of the chart: each services' pattern followed by its bare ceiling.
+CHART_ORDER = [
+    plan.OURS,
+    plan.BARE,
+    *(c for pattern in plan.SERVICES for c in (pattern, plan.CEILING_OF[pattern])),
+    *PUBLISH_ORDER[2:],
 ]
 
 
@@ -325,6 +334,121 @@ def _services_targets(pub: list[Record]) -> list[dict[str, Any]]:
     return rows
 
 
+def _services_configs(pub: list[Record]) -> list[Config]:
+    """The configurations where a services' pattern or its bare ceiling ran."""
+    clients = (*plan.SERVICES, *plan.SERVICE_CEILINGS)
+    return [k for k in _configs(pub) if any(_find(pub, c, **_m(k)) for c in clients)]
+
+
+def ceilings(record: Record) -> list[dict[str, Any]]:
+    """Context for the services' goals, not goals themselves: per pattern, what its own
+    bare ceiling reaches against ours publish_async, and what ours reaches against that
+    ceiling (the worst ratio over the configurations where both ran, and the range)."""
+    pub = [c for c in record["cases"] if c["section"] == "publish"]
+    configs = _services_configs(pub)
+    rows: list[dict[str, Any]] = []
+    for pattern in plan.SERVICES:
+        ceiling = plan.CEILING_OF[pattern]
+        vs_async: list[float] = []
+        ours_vs: list[float] = []
+        for key in configs:
+            m = _m(key)
+            bare, ours = _rate(pub, ceiling, **m), _rate(pub, pattern, **m)
+            if (r := _ratio(bare, _rate(pub, plan.OURS, **m))) is not None:
+                vs_async.append(r)
+            if (r := _ratio(ours, bare)) is not None:
+                ours_vs.append(r)
+        if vs_async or ours_vs:
+            rows.append(
+                {
+                    "pattern": pattern,
+                    "ceiling": ceiling,
+                    "configurations": len(configs),
+                    "ceiling_vs_publish_async": vs_async,
+                    "ours_vs_ceiling": ours_vs,
+                }
+            )
+    return rows
+
+
+def spread(ratios: list[float]) -> str:
+    """The worst (lowest) ratio, then the range when there are several."""
+    if not ratios:
+        return "-"
+    low, high = min(ratios), max(ratios)
+    return _x(low) + (f" ({low:.2f}-{high:.2f}x)" if len(ratios) > 1 else "")
+
+
+def _ceilings_table(record: Record) -> list[str]:
+    rows = ceilings(record)
+    if not rows:
+        return []
+    out = [
+        "",
+        "Context for the services' patterns, not goals: the same pattern with no SDK (its "
+        "bare ceiling) against ours `publish_async`, and ours against that ceiling, over "
+        f"the {rows[0]['configurations']} configurations where they ran (worst ratio, then "
+        "the range; per configuration in the table of the services' patterns below).",
+        "",
+        "| pattern | its bare ceiling / ours publish_async | ours / its bare ceiling |",
+        "|---|---:|---:|",
+    ]
+    for row in rows:
+        out.append(
+            f"| {row['pattern']} (await publish) | {spread(row['ceiling_vs_publish_async'])} "
+            f"| {spread(row['ours_vs_ceiling'])} |"
+        )
+    return out
+
+
+def _figure(case: Record | None, field: str, digits: int) -> str:
+    """A case's figure for a table cell: blank if it did not run, "failed" if it failed."""
+    if case is None:
+        return ""
+    if not _ok(case):
+        return "failed"
+    text = _num(case["result"][field], digits)
+    errs = case["result"].get("errors") or 0
+    return text + (f" ({errs} err)" if errs and field == "rate" else "")
+
+
+def _services_table(cases: list[Record]) -> list[str]:
+    pub = [c for c in cases if c["section"] == "publish"]
+    configs = _services_configs(pub)
+    if not configs:
+        return []
+    out = [
+        "",
+        "### The services' patterns beside their bare ceilings (msg/s, CPU µs/msg)",
+        "",
+        "Each pattern of `await publish()` calls, ours and its bare ceiling (the same "
+        "pattern with no SDK), in the same rounds; the first row of each configuration is "
+        "ours `publish_async` beside the bare pipeline, its own ceiling. ours / ceiling is "
+        "the share of what the pattern allows that the SDK reaches; ceiling / "
+        "publish_async is how far the pattern itself can go against ours `publish_async`.",
+        "",
+        "| configuration | pattern | ours | bare ceiling | ours / ceiling "
+        "| ceiling / publish_async | ours CPU | ceiling CPU |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    patterns = [("publish_async", plan.OURS, plan.BARE)]
+    patterns += [(p.removeprefix("ours "), p, plan.CEILING_OF[p]) for p in plan.SERVICES]
+    for key in configs:
+        m = _m(key)
+        label = f"{_size(key[0])} {key[1]}" + (", key+headers" if key[4] else "")
+        publish_async = _rate(pub, plan.OURS, **m)
+        for name, client, ceiling in patterns:
+            ours_c, bare_c = _find(pub, client, **m), _find(pub, ceiling, **m)
+            ours, bare = _rate(pub, client, **m), _rate(pub, ceiling, **m)
+            out.append(
+                f"| {label} | {name} | {_figure(ours_c, 'rate', 0)} | "
+                f"{_figure(bare_c, 'rate', 0)} | {_x(_ratio(ours, bare))} | "
+                f"{_x(_ratio(bare, publish_async))} | {_figure(ours_c, 'cpu_us_per_msg', 1)} | "
+                f"{_figure(bare_c, 'cpu_us_per_msg', 1)} |"
+            )
+    return out
+
+
 def _telemetry_cases(pub: list[Record]) -> tuple[dict[str, Any], dict[str, Record]]:
     """The configuration the telemetry variants ran on, and its cases by client."""
     for case in pub:
@@ -509,11 +633,7 @@ def _publish_tables(cases: list[Record]) -> list[str]:
     pub = [c for c in cases if c["section"] == "publish"]
     out: list[str] = []
     clients = [c for c in PUBLISH_ORDER if any(x["client"] == c for x in pub)]
-    peers = [
-        c
-        for c in clients
-        if c not in (plan.OURS, plan.OURS_UVLOOP, plan.BARE_UVLOOP, *plan.SERVICES)
-    ]
+    peers = [c for c in clients if c not in (plan.OURS, plan.OURS_UVLOOP, plan.BARE_UVLOOP)]
     uv = plan.OURS_UVLOOP in clients and plan.BARE_UVLOOP in clients
     for size in sorted({c["size"] for c in pub}):
         raw = _rate(pub, plan.RAW, size=size)
@@ -928,6 +1048,11 @@ def _method() -> list[str]:
         "- The bare pipeline pre-encodes its envelopes before the clock starts and only "
         "counts acks, so it is a ceiling, not a usable client: no futures, no matching, "
         "no timeouts. Raw nats-py sends the same bytes where no server listens.",
+        "- The bare ceilings of the services' patterns (bare burst 20k, bare 100 tasks, "
+        "bare 1000 tasks) run the same pattern with no SDK: pre-encoded envelopes, one "
+        "plain future per message that the ack subscription resolves in arrival order (one "
+        "partition acks in publishing order), no matching, no timeouts. They show how fast "
+        "each pattern can go on nats-py at all, beside the SDK doing it.",
         "- Latency: sends are scheduled at the offered rate (batches of the messages due "
         "whenever the event loop wakes up); each latency runs from the message's "
         "scheduled time to the moment its ack is seen (ours: the future's callback; "
@@ -962,6 +1087,7 @@ def markdown(record: Record, chart_name: str = "results.png") -> str:
     ]
     for t in targets(record):
         lines.append(f"| {t['target']} | {_x(t['ratio'])} | {t['goal']}x | {t['status']} |")
+    lines += _ceilings_table(record)
     lines += ["", "## Figures", ""]
     lines += [
         "Clients: **ours** = `Publisher.publish_async` then `flush`, "
@@ -969,7 +1095,8 @@ def markdown(record: Record, chart_name: str = "results.png") -> str:
         + "; **ours burst 20k** = 20,000 `await publish()` calls started at once and "
         "gathered, burst after burst; **ours 100 tasks / 1000 tasks** = that many tasks, each "
         "looping on `await publish()` (the services' pattern), with the same Publisher "
-        "settings; **bare** = "
+        "settings; **bare burst 20k / 100 tasks / 1000 tasks** = the bare ceilings of those "
+        "patterns (below); **bare** = "
         "pre-encoded envelopes published with nats-py, acks only counted by a subscription "
         "callback (the ceiling the server and nats-py allow); **go PublishAsync / Publish** = "
         "go-liftbridge (gRPC); **gufo publish_bulk / publish** = gufo-liftbridge (gRPC); "
@@ -978,6 +1105,7 @@ def markdown(record: Record, chart_name: str = "results.png") -> str:
     lines += _method()
     lines += _publish_tables(cases)
     lines += _cpu_table(cases)
+    lines += _services_table(cases)
     lines += _telemetry_table(cases)
     lines += _latency_table(cases)
     lines += _subscribe_table(cases)
@@ -1009,22 +1137,41 @@ def chart(record: Record, path: Path) -> None:
         for c in cases
         if c["section"] == "publish" and c["partitions"] == 1 and c["replication"] == 1
     ]
-    fig, axes = plt.subplots(1, 3, figsize=(17, 5.5))
+    fig, axes = plt.subplots(1, 3, figsize=(19, 5.5), width_ratios=(1.6, 1, 1))
     ax = axes[0]
     groups = sorted(
         {(c["size"], c["ack"]) for c in pub if c["client"] != plan.RAW},
         key=lambda k: (k[0], k[1] != "LEADER"),
     )
-    clients = [c for c in PUBLISH_ORDER if any(x["client"] == c for x in pub)]
+    clients = [c for c in CHART_ORDER if any(x["client"] == c for x in pub)]
     width = 0.8 / max(1, len(clients))
+    # One colour per client (tab20's dark shades first); a services' pattern's bare
+    # ceiling has the pattern's colour, hatched.
+    palette = plt.get_cmap("tab20")
+    own = [c for c in CHART_ORDER if c not in plan.SERVICE_CEILINGS]
+    colours: dict[str, Any] = {c: palette((2 * i) % 20 + (2 * i) // 20) for i, c in enumerate(own)}
+    colours |= {plan.CEILING_OF[p]: colours[p] for p in plan.SERVICES}
     for j, client in enumerate(clients):
-        values = [(_rate(pub, client, size=s, ack=a) or 0) / 1000 for s, a in groups]
-        ax.bar([i + j * width for i in range(len(groups))], values, width, label=client)
+        values = [(_rate(pub, client, size=s, ack=a, keyed=False) or 0) / 1000 for s, a in groups]
+        ceiling = client in plan.SERVICE_CEILINGS
+        ax.bar(
+            [i + j * width for i in range(len(groups))],
+            values,
+            width,
+            label=client,
+            color=colours[client],
+            hatch="//" if ceiling else None,
+            edgecolor="white" if ceiling else None,
+        )
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(groups))])
     ax.set_xticklabels([f"{a}\n{_size(s)}" for s, a in groups])
     ax.set_ylabel("k msg/s")
-    ax.set_title("Acked publish, 1 partition, RF 1")
-    _legend(ax)
+    ax.set_title("Acked publish, 1 partition, RF 1 (hatched: a pattern's bare ceiling)")
+    if clients:  # room above the bars for a legend of many clients
+        ax.set_ylim(top=ax.get_ylim()[1] * 1.4)
+        ax.legend(fontsize=7, ncol=4, loc="upper center")
+    else:
+        _legend(ax)
     ax = axes[1]
     lat = [c for c in cases if c["section"] == "latency" and _ok(c)]
     labels = ["p50", "p90", "p99", "p999"]

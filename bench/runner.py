@@ -35,6 +35,9 @@ _PY_ACTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("publish", plan.OURS_MSGSPEC): ("ours", "publish"),
     ("publish", plan.BARE): ("bare", "publish"),
     ("publish", plan.BARE_UVLOOP): ("bare", "publish"),
+    ("publish", plan.BARE_BURST): ("bare", "burst"),
+    ("publish", plan.BARE_TASKS_100): ("bare", "tasks"),
+    ("publish", plan.BARE_TASKS_1000): ("bare", "tasks"),
     ("publish", plan.RAW): ("bare", "raw"),
     ("publish", plan.GUFO_UNARY): ("gufo", "unary"),
     ("publish", plan.GUFO_BULK): ("gufo", "bulk"),
@@ -49,6 +52,13 @@ _PY_ACTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("fanout", plan.FANOUT_TASKS): ("ours", "fanout"),
     ("fanout", plan.FANOUT_CONSUMER): ("ours", "fanout"),
     ("memory", plan.OURS): ("ours", "memory"),
+}
+# How many tasks loop on awaiting a publish in the services' pattern and its ceiling.
+_TASKS = {
+    plan.OURS_TASKS_100: 100,
+    plan.OURS_TASKS_1000: 1000,
+    plan.BARE_TASKS_100: 100,
+    plan.BARE_TASKS_1000: 1000,
 }
 # What the telemetry variants of ours add to their spec (see bench.clients.ours.publish
 # and bench.worker).
@@ -423,8 +433,8 @@ class Runner:
             "warmup": 0 if case.section in ("subscribe", "fanout") else self.settings.warmup,
             "keyed": case.keyed,
         }
-        if case.client in (plan.OURS_TASKS_100, plan.OURS_TASKS_1000):
-            spec["tasks"] = 100 if case.client == plan.OURS_TASKS_100 else 1000
+        if case.client in _TASKS:
+            spec["tasks"] = _TASKS[case.client]
         spec.update(_VARIANTS.get(case.client, {}))
         created = ""
         try:

@@ -1,0 +1,164 @@
+"""The benchmark report from a small hand-made record: the services' patterns sit beside
+their bare ceilings, and the ceilings give context without changing how goals are judged.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+# bench/ is a top-level package of the repository, not part of the installed SDK.
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench import plan, report  # noqa: E402
+from bench.settings import Settings  # noqa: E402
+
+# msg/s and CPU µs/msg per client, the same on every configuration.
+FIGURES = {
+    plan.OURS: (100_000.0, 5.0),
+    plan.BARE: (125_000.0, 4.0),
+    plan.GO_ASYNC: (90_000.0, 4.5),
+    plan.OURS_BURST: (70_000.0, 8.0),
+    plan.BARE_BURST: (80_000.0, 6.0),
+    plan.OURS_TASKS_100: (50_000.0, 7.0),
+    plan.BARE_TASKS_100: (55_000.0, 6.5),
+    plan.OURS_TASKS_1000: (66_000.0, 7.5),
+    plan.BARE_TASKS_1000: (60_000.0, 6.0),
+}
+
+
+def _record(slower_config: str = "") -> dict[str, Any]:
+    """A record of the quick plan's publish cases of FIGURES' clients; on the case
+    whose id ends with ``slower_config`` the bare ceilings reach 0.4x their rate."""
+    cases = []
+    for case in plan.build(Settings.quick_preset(Path("."))):
+        if case.section != "publish" or case.client not in FIGURES:
+            continue
+        rate, cpu = FIGURES[case.client]
+        if (
+            case.client in plan.SERVICE_CEILINGS
+            and slower_config
+            and case.id.endswith(slower_config)
+        ):
+            rate *= 0.4
+        cases.append(
+            {
+                "id": case.id,
+                "section": case.section,
+                "client": case.client,
+                "size": case.size,
+                "ack": case.ack,
+                "partitions": case.topology.partitions,
+                "replication": case.topology.replication,
+                "keyed": case.keyed,
+                "count": case.count,
+                "result": {"rate": rate, "cpu_us_per_msg": cpu, "errors": 0, "count": 1},
+            }
+        )
+    meta = {
+        "machine": {"cpu": "test cpu", "cores": 2, "memory_gib": 1, "os": "Linux"},
+        "versions": {"python": "3"},
+        "started": "t0",
+        "finished": "t1",
+        "mode": "quick",
+        "command": "python -m bench --quick",
+        "load_before": [0, 0, 0],
+        "load_after": [0, 0, 0],
+        "settings": {
+            "nodes": 1,
+            "count": 2000,
+            "warmup": 200,
+            "sizes": [100],
+            "sequential_topologies": ["p1-rf1"],
+            "latency_seconds": 1,
+            "subscribe_count": 2000,
+            "memory_count": 0,
+            "go_window": 16384,
+        },
+    }
+    return {"meta": meta, "cases": cases}
+
+
+def test_the_quick_plan_runs_each_ceiling_beside_its_pattern() -> None:
+    cases = plan.build(Settings.quick_preset(Path(".")))
+    by_config: dict[str, set[str]] = {}
+    for case in cases:
+        if case.section == "publish":
+            by_config.setdefault(case.config, set()).add(case.client)
+    with_patterns = [clients for clients in by_config.values() if plan.OURS_BURST in clients]
+    assert len(with_patterns) == 2  # plain and key+headers
+    for clients in with_patterns:
+        assert {*plan.SERVICES, *plan.SERVICE_CEILINGS, plan.OURS} <= clients
+    assert all(
+        not (set(plan.SERVICE_CEILINGS) & clients)
+        for clients in by_config.values()
+        if plan.OURS_BURST not in clients
+    )
+
+
+def test_the_full_plan_runs_the_ceilings_on_the_six_services_configurations() -> None:
+    configs = {
+        case.config for case in plan.build(Settings.full()) if case.client in plan.SERVICE_CEILINGS
+    }
+    patterns = {case.config for case in plan.build(Settings.full()) if case.client in plan.SERVICES}
+    assert configs == patterns
+    assert len(configs) == 6
+
+
+def test_ceilings_are_context_per_pattern() -> None:
+    rows = {row["pattern"]: row for row in report.ceilings(_record())}
+    assert list(rows) == list(plan.SERVICES)
+    tasks = rows[plan.OURS_TASKS_100]
+    assert tasks["ceiling"] == plan.BARE_TASKS_100
+    assert tasks["configurations"] == 2
+    assert tasks["ceiling_vs_publish_async"] == [pytest.approx(0.55)] * 2
+    assert tasks["ours_vs_ceiling"] == [pytest.approx(50 / 55)] * 2
+
+
+def test_the_worst_configuration_is_shown_with_the_range() -> None:
+    text = report.markdown(_record(slower_config="key+headers"))
+    # The ceiling at 0.4x on the key+headers configuration: 0.22x of publish_async there,
+    # 0.55x on the plain one; ours 0.91x of it on the plain one, 2.27x on key+headers.
+    row = "| ours 100 tasks (await publish) | 0.22x (0.22-0.55x) | 0.91x (0.91-2.27x) |"
+    assert row in text, text
+
+
+def test_the_report_shows_patterns_beside_their_ceilings() -> None:
+    record = _record()
+    text = report.markdown(record)
+    assert "### The services' patterns beside their bare ceilings" in text
+    for ceiling in plan.SERVICE_CEILINGS:  # named where the clients are described
+        assert ceiling in text
+    # ours 100 tasks: 50,000 against its ceiling's 55,000; that ceiling is 0.55x of
+    # publish_async's 100,000; CPU 7.0 against 6.5.
+    assert "| 100 B LEADER | 100 tasks | 50,000 | 55,000 | 0.91x | 0.55x | 7.0 | 6.5 |" in text
+    assert (
+        "| 100 B LEADER, key+headers | publish_async | 100,000 | 125,000 | 0.80x | 1.25x "
+        "| 5.0 | 4.0 |" in text
+    )
+    assert "| ours 1000 tasks (await publish) | 0.60x (0.60-0.60x) | 1.10x (1.10-1.10x) |" in text
+    # The main throughput table keeps to the pipelined clients and the peers.
+    header = next(line for line in text.splitlines() if line.startswith("| ack | topology | ours"))
+    assert not any(c in header for c in (*plan.SERVICES, *plan.SERVICE_CEILINGS))
+
+
+def test_ceilings_do_not_change_the_goals() -> None:
+    record = _record()
+    without = {
+        "meta": record["meta"],
+        "cases": [c for c in record["cases"] if c["client"] not in plan.SERVICE_CEILINGS],
+    }
+    assert report.targets(record) == report.targets(without)
+    assert all(t["status"] in ("met", "missed", "not measured") for t in report.targets(record))
+    assert report.ceilings(without) == []
+
+
+def test_the_chart_draws_the_ceilings(tmp_path: Path) -> None:
+    path = tmp_path / "results.png"
+    report.chart(_record(), path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
