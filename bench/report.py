@@ -245,7 +245,6 @@ def targets(record: Record) -> list[dict[str, Any]]:
                 0.9,
             )
         )
-    return rows
     rows += _fanout_targets(cases)
     return rows
 

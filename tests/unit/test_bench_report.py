@@ -162,3 +162,31 @@ def test_the_chart_draws_the_ceilings(tmp_path: Path) -> None:
     path = tmp_path / "results.png"
     report.chart(_record(), path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_many_partition_goals_are_judged() -> None:
+    def fan(client: str, partitions: int, rate: float, threads: int) -> dict[str, Any]:
+        return {
+            "id": f"fanout-{client}-{partitions}",
+            "section": "fanout",
+            "client": client,
+            "size": 100,
+            "partitions": partitions,
+            "result": {"rate": rate, "threads": threads, "errors": 0, "count": 1},
+        }
+
+    cases = [
+        fan(plan.FANOUT_TASKS, 1, 100_000.0, 8),
+        fan(plan.FANOUT_TASKS, 256, 90_000.0, 8),
+        fan(plan.FANOUT_CONSUMER, 1, 100_000.0, 8),
+        fan(plan.FANOUT_CONSUMER, 256, 50_000.0, 20),
+    ]
+    rows = {row["target"]: row for row in report.targets({"cases": cases})}
+    tasks_rate = rows[f"{plan.FANOUT_TASKS}: msg/s over 256 partitions ≥ 0.8x over 1"]
+    assert (tasks_rate["ratio"], tasks_rate["status"]) == (0.9, "met")
+    consumer_rate = rows[f"{plan.FANOUT_CONSUMER}: msg/s over 256 partitions ≥ 0.8x over 1"]
+    assert (consumer_rate["ratio"], consumer_rate["status"]) == (0.5, "missed")
+    consumer_threads = rows[
+        f"{plan.FANOUT_CONSUMER}: process threads at 256 partitions ≤ 1.25x at 1 (20 vs 8)"
+    ]
+    assert consumer_threads["status"] == "missed"
