@@ -262,11 +262,12 @@ class Runner:
     async def _fill_fanout_new(self, partitions: int) -> str:
         name = f"bench-{self._tag}-fan{partitions}"
         await self.streams.create(name, partitions, 1)
+        await self._first_message_each(name, partitions)
         per = self.settings.fanout_count
         # In rounds of at most about 200k messages (each a whole number per partition):
         # the pre-encoded envelopes of one round stay in memory until acked.
         step = max(1, min(per, 200_000 // partitions))
-        for done in range(0, per, step):
+        for done in range(1, per, step):
             spec = {
                 "module": "bare",
                 "action": "publish",
@@ -292,6 +293,41 @@ class Runner:
                 )
         _log(f"        filled {name}: {partitions} partitions x {per:,} messages")
         return name
+
+    async def _first_message_each(self, name: str, partitions: int) -> None:
+        """Store one message in every partition, publishing again to those that lack it.
+
+        Metadata may list a partition's leader before that leader listens on the
+        partition's subject (it has not applied the change yet); what is published to it
+        meanwhile is dropped without an ack. Afterwards every partition is listening.
+        """
+        missing = list(range(partitions))
+        deadline = time.monotonic() + 60 + partitions
+        while True:
+            spec = {
+                "module": "bare",
+                "action": "publish",
+                "nats_url": self.nats_url,
+                "subject": name,
+                "partitions": partitions,
+                "partition_list": missing,
+                "ack": "LEADER",
+                "size": self.settings.sizes[0],
+                "count": len(missing),
+                "warmup": 0,
+                "timeout": 5,
+            }
+            result = await self._exec([sys.executable, "-m", "bench.worker", json.dumps(spec)], 60)
+            if "error" not in result:
+                return  # every one acked
+            missing = [p for p in missing if await self.streams.newest_offset(name, p) < 0]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"fan-out partitions {missing[:8]} of {name} never stored a message"
+                )
+            _log(f"        {len(missing)} partition(s) of {name} not listening yet: again")
 
     async def run_latency(self, cases: list[Case], index: int) -> dict[str, dict[str, Any]]:
         """Run the clients of one latency configuration in alternating rounds, pooled.

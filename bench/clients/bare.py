@@ -22,9 +22,9 @@ from liftbridge_nats._proto import api_pb2
 from liftbridge_nats.wire import encode_publish
 
 
-def _subjects(subject: str, partitions: int) -> list[str]:
+def _subjects(subject: str, partitions: int, only: list[int] | None = None) -> list[str]:
     # Partition 0 listens on the stream subject, partition N on "<subject>.N".
-    return [subject if i == 0 else f"{subject}.{i}" for i in range(partitions)]
+    return [subject if i == 0 else f"{subject}.{i}" for i in (only or range(partitions))]
 
 
 def _envelopes(spec: dict[str, Any], inbox: str, count: int, start: int) -> list[bytes]:
@@ -63,7 +63,7 @@ async def publish(spec: dict[str, Any]) -> dict[str, Any]:
     nc = await nats.connect(spec["nats_url"])
     try:
         inbox = nc.new_inbox()
-        subjects = _subjects(spec["subject"], spec["partitions"])
+        subjects = _subjects(spec["subject"], spec["partitions"], spec.get("partition_list"))
         loop = asyncio.get_running_loop()
         state = {"got": 0, "want": 0}
         done: asyncio.Future[None] = loop.create_future()
