@@ -35,7 +35,7 @@ CHART_ORDER = [
     plan.OURS,
     plan.BARE,
     *(c for pattern in plan.SERVICES for c in (pattern, plan.CEILING_OF[pattern])),
-    *PUBLISH_ORDER[2:],
+    *(c for c in PUBLISH_ORDER if c not in (plan.OURS, plan.BARE)),
 ]
 
 
@@ -650,16 +650,7 @@ def _publish_tables(cases: list[Record]) -> list[str]:
         ]
         for key in keys:
             m = _m(key)
-            cells = []
-            for client in clients:
-                case = _find(pub, client, **m)
-                if case is None:
-                    cells.append("")
-                elif not _ok(case):
-                    cells.append("failed")
-                else:
-                    errs = case["result"].get("errors") or 0
-                    cells.append(_num(case["result"]["rate"]) + (f" ({errs} err)" if errs else ""))
+            cells = [_figure(_find(pub, client, **m), "rate", 0) for client in clients]
             out.append(f"| {key[1]} | {_label(key)} | " + " | ".join(cells) + " |")
         out += [
             "",
