@@ -17,7 +17,15 @@ The fast path does exactly that, synchronously:
   for a registered subscription goes to its handler at once, everything else
   (status messages such as "no responders", other subscriptions) to the original
   method. The dispatcher is shared by every publisher on the connection and removed
-  when the last one leaves.
+  when the last one leaves;
+* with it, a reader takes the place of the client's protocol parser's ``parse`` (again
+  on that parser object only): it walks each chunk read from the socket and hands the
+  ``MSG`` frames of registered subscriptions to their handlers without the parser's
+  per-message regular expression, buffer deletions and awaited call. Every other frame
+  (other subscriptions, status and header messages, ``PING``, ``INFO``, ``-ERR``) goes
+  to the parser itself, in order, so nats-py sees the same protocol stream minus our
+  acks. A client whose parser looks different keeps its parser and gets the dispatcher
+  alone.
 
 :func:`probe` checks once, when a publisher is built, that the client looks like the
 nats-py this was written for (the range pyproject allows; CI runs the oldest and the
@@ -37,7 +45,7 @@ from typing import Any
 
 from ._log import get_logger
 
-__all__ = ["DirectAcks", "DirectWriter", "Probe", "is_installed", "probe"]
+__all__ = ["DirectAcks", "DirectWriter", "Probe", "is_installed", "probe", "reads_frames"]
 
 _log = get_logger("publisher")
 
@@ -256,13 +264,135 @@ class DirectWriter:
 class _RouteTable:
     """The dispatcher installed on one client, and the handlers it serves."""
 
-    __slots__ = ("handlers", "original", "shadowed")
+    __slots__ = ("handlers", "original", "parser", "reader", "shadowed")
 
     def __init__(self, original: ProcessMsg, shadowed: ProcessMsg | None) -> None:
         self.original = original
         # An instance attribute that was there before us (to put back), if any.
         self.shadowed = shadowed
         self.handlers: dict[int, Handler] = {}
+        # The client's protocol parser and the reader put in place of its parse, if any.
+        self.parser: Any = None
+        self.reader: Callable[[bytes], Awaitable[None]] | None = None
+
+
+# What a nats-py protocol parser is in while it waits for a control line
+# (nats.protocol.parser.AWAITING_CONTROL_LINE), when the module is there.
+try:
+    from nats.protocol import parser as _parser_module
+except ImportError:  # pragma: no cover - nats-py always has it
+    _parser_module = None  # type: ignore[assignment]
+_MSG = b"MSG "
+# A partial control line longer than nats-py's limit for one is left to its parser.
+_MAX_CONTROL_LINE = 4096
+
+
+def _parser_of(nc: Any) -> Any:
+    """The protocol parser of ``nc`` when it looks like the one :func:`_make_reader`
+    was written for (the nats-py versions pyproject allows); None otherwise."""
+    ps = getattr(nc, "_ps", None)
+    module = _parser_module
+    if module is None or not isinstance(ps, getattr(module, "Parser", ())):
+        return None
+    if not isinstance(getattr(module, "AWAITING_CONTROL_LINE", None), int):
+        return None
+    if "parse" in vars(ps):
+        return None  # somebody else's parse sits there already
+    if not (
+        isinstance(getattr(ps, "buf", None), bytearray)
+        and isinstance(getattr(ps, "state", None), int)
+        and isinstance(getattr(ps, "needed", None), int)
+    ):
+        return None
+    parse = getattr(type(ps), "parse", None)
+    if not inspect.iscoroutinefunction(parse):
+        return None
+    try:
+        params = list(inspect.signature(parse).parameters)
+    except (TypeError, ValueError):
+        return None
+    return ps if params == ["self", "data"] else None
+
+
+def _make_reader(nc: Any, table: _RouteTable, ps: Any) -> Callable[[bytes], Awaitable[None]]:
+    """The ``parse`` that reads the frames of registered subscriptions itself.
+
+    What it leaves to the parser, the parser gets in order, and whole where that is
+    known (one foreign ``MSG`` frame, one control line). A frame cut by the end of a
+    chunk goes to the parser too: it keeps the partial frame (a large payload grows in
+    its buffer, copied once), the reader hands it the rest of that frame from the next
+    chunk and reads on from there.
+    """
+    handlers = table.handlers
+    stats = nc.stats
+    parse_slowly = type(ps).parse.__get__(ps)
+    control_line = _parser_module.AWAITING_CONTROL_LINE
+
+    async def parse(data: bytes = b"") -> None:
+        if ps.state != control_line:
+            # The parser is inside a message it began: it gets that message's rest.
+            rest = ps.needed + 2 - len(ps.buf)
+            if rest >= len(data) or rest < 0:
+                await parse_slowly(data)
+                return
+            await parse_slowly(data[:rest])
+            data = data[rest:]
+            if ps.state != control_line:
+                await parse_slowly(data)
+                return
+        buf = ps.buf
+        if buf:
+            if len(buf) > _MAX_CONTROL_LINE:
+                await parse_slowly(data)  # no line end for that long: the parser's problem
+                return
+            # The start of a control line: read it with the rest.
+            buf += data
+            data = bytes(buf)
+            del buf[:]
+        end = len(data)
+        pos = 0
+        starts = data.startswith
+        find = data.find
+        while pos < end:
+            eol = find(_CRLF, pos)
+            if eol < 0:
+                break  # a control line not all here yet
+            if not starts(_MSG, pos):
+                if starts(b"HMSG", pos):
+                    break  # its length is the parser's to read
+                await parse_slowly(data[pos : eol + 2])  # PING, PONG, INFO, +OK, -ERR
+                pos = eol + 2
+                continue
+            fields = data[pos + 4 : eol].split(b" ")
+            if len(fields) == 3:
+                sid_field = fields[1]
+                size_field = fields[2]
+            elif len(fields) == 4:
+                sid_field = fields[1]
+                size_field = fields[3]
+            else:
+                break  # not the canonical form: the parser decides
+            if not size_field.isdigit():
+                break
+            start = eol + 2
+            stop = start + int(size_field)
+            if stop + 2 > end:
+                break  # the payload is not all here yet
+            handler = handlers.get(int(sid_field)) if sid_field.isdigit() else None
+            if handler is None:
+                await parse_slowly(data[pos : stop + 2])  # somebody else's message
+            else:
+                stats["in_msgs"] += 1
+                stats["in_bytes"] += stop - start
+                try:
+                    handler(data[start:stop])
+                except Exception:  # never break the client's read loop on our account
+                    _log.exception("liftbridge-nats: an ack handler failed")
+            pos = stop + 2
+        if pos < end:
+            await parse_slowly(data[pos:] if pos else data)
+
+    return parse
 
 
 def _make_dispatcher(nc: Any, table: _RouteTable) -> Callable[..., Awaitable[None]]:
@@ -323,6 +453,10 @@ class DirectAcks:
             table = _RouteTable(nc._process_msg, vars(nc).get("_process_msg"))
             setattr(nc, _TABLE_ATTR, table)
             nc._process_msg = _make_dispatcher(nc, table)
+            ps = _parser_of(nc)
+            if ps is not None:
+                table.parser = ps
+                table.reader = ps.parse = _make_reader(nc, table, ps)
         table.handlers[sid] = handler
         self._sid = sid
         return True
@@ -338,7 +472,10 @@ class DirectAcks:
             return
         table.handlers.pop(sid, None)
         if not table.handlers:
-            # The client's own method again, as if we had never been there.
+            # The client's own methods again, as if we had never been there.
+            ps = table.parser
+            if ps is not None and vars(ps).get("parse") is table.reader:
+                del ps.parse
             if table.shadowed is not None:
                 nc._process_msg = table.shadowed
             elif "_process_msg" in vars(nc):
@@ -349,3 +486,14 @@ class DirectAcks:
 def is_installed(nc: Any) -> bool:
     """True while a dispatcher of ours sits on ``nc`` (for tests)."""
     return isinstance(getattr(nc, _TABLE_ATTR, None), _RouteTable)
+
+
+def reads_frames(nc: Any) -> bool:
+    """True while our reader stands in for the parse of ``nc``'s parser (for tests)."""
+    table = getattr(nc, _TABLE_ATTR, None)
+    ps = getattr(nc, "_ps", None)
+    return (
+        isinstance(table, _RouteTable)
+        and table.reader is not None
+        and vars(ps).get("parse") is table.reader
+    )

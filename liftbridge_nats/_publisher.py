@@ -394,8 +394,9 @@ class Publisher(Generic[V, K]):
 
     ``fast_path`` (default on; the environment variable ``LIFTBRIDGE_NATS_FAST_PATH=0``
     changes the default): messages go straight into nats-py's outgoing buffer and acks
-    come straight from its protocol parser, without nats-py's per-message coroutine,
-    message object, queue and task. This leans on nats-py internals, checked once here;
+    are read off the connection's incoming bytes (other frames still go to nats-py's
+    parser, in order), without nats-py's per-message parsing, coroutine, message
+    object, queue and task. This leans on nats-py internals, checked once here;
     when the client does not look as expected the publisher uses nats-py's public API
     (same bytes, same results, slower) and :attr:`fast_path` says why.
     ``fast_path=False`` always uses the public API.

@@ -4,10 +4,15 @@ own command builder, and the ack dispatcher (what it routes, what it leaves alon
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from nats.protocol.command import pub_cmd
+from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
+from nats.protocol.parser import AWAITING_MSG_PAYLOAD as _AWAITING_MSG_PAYLOAD
 
 from liftbridge_nats._natscompat import DirectAcks, DirectWriter, is_installed, probe
 
@@ -193,3 +198,158 @@ async def test_an_instance_method_that_was_there_before_is_put_back() -> None:
     assert is_installed(nc)
     second.detach()
     assert nc._process_msg is custom
+
+
+class _Reading(_Client):
+    """A client with nats-py's own protocol parser, logging what reaches the client."""
+
+    def __init__(self, parser: bool = True) -> None:
+        super().__init__()
+        self.events: list[tuple[Any, ...]] = []
+        if parser:
+            self._ps = Parser(self)
+
+    async def _process_msg(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any
+    ) -> None:
+        self.events.append(("msg", sid, subject, reply, data, headers))
+
+    async def _process_ping(self) -> None:
+        self.events.append(("ping",))
+
+    async def _process_pong(self) -> None:
+        self.events.append(("pong",))
+
+    async def _process_info(self, info: Any) -> None:
+        self.events.append(("info", info))
+
+    async def _process_err(self, err: str) -> None:
+        self.events.append(("err", err))
+
+
+_ACK_SID = 7
+_FRAMES = st.one_of(
+    st.binary(max_size=40).map(lambda p: b"MSG _INBOX.a.ack 7 %d\r\n%b\r\n" % (len(p), p)),
+    st.binary(max_size=40).map(lambda p: b"MSG orders 3 _INBOX.r %d\r\n%b\r\n" % (len(p), p)),
+    st.binary(max_size=20).map(lambda p: b"MSG orders 7 _INBOX.r %d\r\n%b\r\n" % (len(p), p)),
+    st.binary(max_size=20).map(
+        lambda p: (
+            b"HMSG _INBOX.a.ack 7 %d %d\r\nNATS/1.0 503\r\n\r\n%b\r\n"
+            % (len(b"NATS/1.0 503\r\n\r\n"), len(b"NATS/1.0 503\r\n\r\n") + len(p), p)
+        )
+    ),
+    st.sampled_from([b"PING\r\n", b"PONG\r\n", b"+OK\r\n", b'INFO {"max_payload":1}\r\n']),
+    st.just(b"-ERR 'Stale Connection'\r\n"),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(frames=st.lists(_FRAMES, max_size=30), cuts=st.lists(st.integers(0, 2000), max_size=12))
+def test_the_reader_gives_the_client_what_its_parser_would_minus_our_acks(
+    frames: list[bytes], cuts: list[int]
+) -> None:
+    """Chunks cut anywhere: the reader's handler and the client's own methods see the
+    same messages in the same order as with nats-py's parser and the dispatcher alone."""
+    stream = b"".join(frames)
+    bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
+    chunks = [stream[a:b] for a, b in itertools.pairwise(bounds)]
+
+    async def feed(with_reader: bool) -> tuple[list[tuple[Any, ...]], dict[str, int]]:
+        nc = _Reading()
+        route = DirectAcks(nc)
+
+        def on_ack(data: bytes) -> None:
+            nc.events.append(("ack", data))
+
+        assert route.attach(_Sub(_ACK_SID), on_ack)
+        assert ("parse" in vars(nc._ps)) is True
+        if not with_reader:
+            del nc._ps.parse
+        for chunk in chunks:
+            await nc._ps.parse(chunk)
+        assert not nc._ps.buf and nc._ps.state == AWAITING_CONTROL_LINE
+        route.detach()
+        assert "parse" not in vars(nc._ps)
+        return nc.events, nc.stats
+
+    async def main() -> None:
+        assert await feed(True) == await feed(False)
+
+    asyncio.run(main())
+
+
+async def test_the_reader_reads_a_frame_cut_anywhere_and_survives_a_reset() -> None:
+    nc = _Reading()
+    got: list[bytes] = []
+    route = DirectAcks(nc)
+    assert route.attach(_Sub(_ACK_SID), got.append)
+    frame = b"MSG _INBOX.a.ack 7 5\r\nhello\r\n"
+    for cut in range(1, len(frame)):
+        await nc._ps.parse(frame + frame[:cut])  # one whole frame, then one cut
+        assert got == [b"hello"] * (2 * cut - 1)
+        await nc._ps.parse(frame[cut:])
+        assert got == [b"hello"] * (2 * cut) and not nc._ps.buf
+    await nc._ps.parse(frame[:10])
+    nc._ps.reset()  # a reconnect drops what the old connection left half-read
+    await nc._ps.parse(frame)
+    count = 2 * (len(frame) - 1) + 1
+    assert got == [b"hello"] * count and nc.events == []
+    assert nc.stats == {"in_msgs": count, "in_bytes": 5 * count}
+    route.detach()
+
+
+async def test_a_large_payload_waits_in_the_parser_not_in_the_reader() -> None:
+    """A payload spread over many chunks is kept by nats-py's parser (its buffer grows
+    by each chunk), not gathered again by the reader at every chunk."""
+    nc = _Reading()
+    got: list[bytes] = []
+    route = DirectAcks(nc)
+    assert route.attach(_Sub(_ACK_SID), got.append)
+    big = bytes(range(256)) * 4096  # 1 MiB
+    stream = (
+        b"MSG _INBOX.a.ack 7 %d\r\n%b\r\n" % (len(big), big)
+        + b"MSG orders 3 %d\r\n%b\r\n" % (len(big), big)
+        + b"MSG _INBOX.a.ack 7 2\r\nok\r\n"
+    )
+    chunk = 32 * 1024
+    for at in range(0, len(stream), chunk):
+        await nc._ps.parse(stream[at : at + chunk])
+        waiting = len(got) < 1 or not nc.events
+        if waiting and at + chunk < len(stream) - 40:
+            assert nc._ps.state == _AWAITING_MSG_PAYLOAD
+    assert got == [big, b"ok"]
+    assert [(e[1], e[4]) for e in nc.events] == [(3, big)]
+    route.detach()
+
+
+async def test_a_parser_it_does_not_know_keeps_its_parse_and_gets_the_dispatcher() -> None:
+    class OtherParser(Parser):
+        async def parse(self, data: bytes = b"", more: bool = False) -> None:
+            await super().parse(data)
+
+    nc = _Reading()
+    nc._ps = OtherParser(nc)
+    got: list[bytes] = []
+    route = DirectAcks(nc)
+    assert route.attach(_Sub(_ACK_SID), got.append)
+    assert "parse" not in vars(nc._ps) and is_installed(nc)
+    await nc._ps.parse(b"MSG _INBOX.a.ack 7 2\r\nok\r\n")
+    assert got == [b"ok"]
+    route.detach()
+    plain = _Reading(parser=False)
+    assert DirectAcks(plain).attach(_Sub(1), got.append)  # no parser at all: dispatcher only
+
+
+async def test_a_failing_handler_under_the_reader_does_not_break_the_read_loop(
+    caplog: Any,
+) -> None:
+    nc = _Reading()
+    route = DirectAcks(nc)
+
+    def boom(data: bytes) -> None:
+        raise RuntimeError("bad handler")
+
+    assert route.attach(_Sub(_ACK_SID), boom)
+    await nc._ps.parse(b"MSG i 7 1\r\nx\r\nPING\r\n")
+    assert "an ack handler failed" in caplog.text and nc.events == [("ping",)]
+    route.detach()
