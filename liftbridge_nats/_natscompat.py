@@ -353,34 +353,50 @@ def _make_reader(nc: Any, table: _RouteTable, ps: Any) -> Callable[[bytes], Awai
         pos = 0
         starts = data.startswith
         find = data.find
+        # The control line, up to the size, of the last frame handed to a handler here,
+        # and that handler: the acks of one inbox repeat it, so the next one is told by
+        # one comparison instead of being split into fields.
+        known = b""
+        known_size = 0
+        known_handler: Handler | None = None
         while pos < end:
             eol = find(_CRLF, pos)
             if eol < 0:
                 break  # a control line not all here yet
-            if not starts(_MSG, pos):
-                if starts(b"HMSG", pos):
-                    break  # its length is the parser's to read
+            if known_size and starts(known, pos):
+                handler = known_handler
+                size_field = data[pos + known_size : eol]
+            elif starts(_MSG, pos):
+                fields = data[pos + 4 : eol].split(b" ")
+                if len(fields) == 3:
+                    sid_field = fields[1]
+                    size_field = fields[2]
+                elif len(fields) == 4:
+                    sid_field = fields[1]
+                    size_field = fields[3]
+                else:
+                    break  # not the canonical form: the parser decides
+                handler = handlers.get(int(sid_field)) if sid_field.isdigit() else None
+                if handler is not None:
+                    known = data[pos : eol - len(size_field)]
+                    known_size = len(known)
+                    known_handler = handler
+            elif starts(b"HMSG", pos):
+                break  # its length is the parser's to read
+            else:
                 await parse_slowly(data[pos : eol + 2])  # PING, PONG, INFO, +OK, -ERR
+                known_size = 0  # whatever ran meanwhile may have changed the handlers
                 pos = eol + 2
                 continue
-            fields = data[pos + 4 : eol].split(b" ")
-            if len(fields) == 3:
-                sid_field = fields[1]
-                size_field = fields[2]
-            elif len(fields) == 4:
-                sid_field = fields[1]
-                size_field = fields[3]
-            else:
-                break  # not the canonical form: the parser decides
             if not size_field.isdigit():
                 break
             start = eol + 2
             stop = start + int(size_field)
             if stop + 2 > end:
                 break  # the payload is not all here yet
-            handler = handlers.get(int(sid_field)) if sid_field.isdigit() else None
             if handler is None:
                 await parse_slowly(data[pos : stop + 2])  # somebody else's message
+                known_size = 0
             else:
                 stats["in_msgs"] += 1
                 stats["in_bytes"] += stop - start

@@ -232,6 +232,8 @@ _FRAMES = st.one_of(
     st.binary(max_size=40).map(lambda p: b"MSG _INBOX.a.ack 7 %d\r\n%b\r\n" % (len(p), p)),
     st.binary(max_size=40).map(lambda p: b"MSG orders 3 _INBOX.r %d\r\n%b\r\n" % (len(p), p)),
     st.binary(max_size=20).map(lambda p: b"MSG orders 7 _INBOX.r %d\r\n%b\r\n" % (len(p), p)),
+    # Starts like an ack's line, with a reply subject of digits.
+    st.binary(max_size=20).map(lambda p: b"MSG _INBOX.a.ack 7 12 %d\r\n%b\r\n" % (len(p), p)),
     st.binary(max_size=20).map(
         lambda p: (
             b"HMSG _INBOX.a.ack 7 %d %d\r\nNATS/1.0 503\r\n\r\n%b\r\n"
