@@ -24,8 +24,9 @@ The fast path does exactly that, synchronously:
   per-message regular expression, buffer deletions and awaited call. Every other frame
   (other subscriptions, status and header messages, ``PING``, ``INFO``, ``-ERR``) goes
   to the parser itself, in order, so nats-py sees the same protocol stream minus our
-  acks. A client whose parser looks different keeps its parser and gets the dispatcher
-  alone.
+  acks; from another subscription's message on, the parser reads the rest of the chunk
+  as it always did (acks among them take the dispatcher). A client whose parser looks
+  different keeps its parser and gets the dispatcher alone.
 
 :func:`probe` checks once, when a publisher is built, that the client looks like the
 nats-py this was written for (the range pyproject allows; CI runs the oldest and the
@@ -317,10 +318,11 @@ def _parser_of(nc: Any) -> Any:
 def _make_reader(nc: Any, table: _RouteTable, ps: Any) -> Callable[[bytes], Awaitable[None]]:
     """The ``parse`` that reads the frames of registered subscriptions itself.
 
-    What it leaves to the parser, the parser gets in order, and whole where that is
-    known (one foreign ``MSG`` frame, one control line). A frame cut by the end of a
-    chunk goes to the parser too: it keeps the partial frame (a large payload grows in
-    its buffer, copied once), the reader hands it the rest of that frame from the next
+    What it leaves to the parser, the parser gets in order: a control line (``PING``,
+    ``INFO`` ...) alone, and from a frame of another subscription, a header message
+    or anything unusual on, the rest of the chunk. A frame cut by the end of a chunk
+    goes to the parser too: it keeps the partial frame (a large payload grows in its
+    buffer, copied once), the reader hands it the rest of that frame from the next
     chunk and reads on from there.
     """
     handlers = table.handlers
@@ -395,15 +397,16 @@ def _make_reader(nc: Any, table: _RouteTable, ps: Any) -> Callable[[bytes], Awai
             if stop + 2 > end:
                 break  # the payload is not all here yet
             if handler is None:
-                await parse_slowly(data[pos : stop + 2])  # somebody else's message
-                known_size = 0
-            else:
-                stats["in_msgs"] += 1
-                stats["in_bytes"] += stop - start
-                try:
-                    handler(data[start:stop])
-                except Exception:  # never break the client's read loop on our account
-                    _log.exception("liftbridge-nats: an ack handler failed")
+                # Somebody else's message: the parser reads it and the rest of the chunk
+                # as it always did, so the application's own subscriptions on this
+                # connection cost what they did (and one split line per chunk).
+                break
+            stats["in_msgs"] += 1
+            stats["in_bytes"] += stop - start
+            try:
+                handler(data[start:stop])
+            except Exception:  # never break the client's read loop on our account
+                _log.exception("liftbridge-nats: an ack handler failed")
             pos = stop + 2
         if pos < end:
             await parse_slowly(data[pos:] if pos else data)
