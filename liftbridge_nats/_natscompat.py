@@ -277,15 +277,12 @@ class _RouteTable:
         self.reader: Callable[[bytes], Awaitable[None]] | None = None
 
 
-# What a nats-py protocol parser is in while it waits for a control line
-# (nats.protocol.parser.AWAITING_CONTROL_LINE), when the module is there.
+# nats-py's protocol parser: its class, its states and its limit for a control line.
 try:
     from nats.protocol import parser as _parser_module
 except ImportError:  # pragma: no cover - nats-py always has it
     _parser_module = None  # type: ignore[assignment]
 _MSG = b"MSG "
-# A partial control line longer than nats-py's limit for one is left to its parser.
-_MAX_CONTROL_LINE = 4096
 
 
 def _parser_of(nc: Any) -> Any:
@@ -295,7 +292,10 @@ def _parser_of(nc: Any) -> Any:
     module = _parser_module
     if module is None or not isinstance(ps, getattr(module, "Parser", ())):
         return None
-    if not isinstance(getattr(module, "AWAITING_CONTROL_LINE", None), int):
+    if not (
+        isinstance(getattr(module, "AWAITING_CONTROL_LINE", None), int)
+        and isinstance(getattr(module, "MAX_CONTROL_LINE_SIZE", None), int)
+    ):
         return None
     if "parse" in vars(ps):
         return None  # somebody else's parse sits there already
@@ -329,6 +329,8 @@ def _make_reader(nc: Any, table: _RouteTable, ps: Any) -> Callable[[bytes], Awai
     stats = nc.stats
     parse_slowly = type(ps).parse.__get__(ps)
     control_line = _parser_module.AWAITING_CONTROL_LINE
+    # A partial control line longer than nats-py's limit for one is left to its parser.
+    longest_line = _parser_module.MAX_CONTROL_LINE_SIZE
 
     async def parse(data: bytes = b"") -> None:
         if ps.state != control_line:
@@ -344,7 +346,7 @@ def _make_reader(nc: Any, table: _RouteTable, ps: Any) -> Callable[[bytes], Awai
                 return
         buf = ps.buf
         if buf:
-            if len(buf) > _MAX_CONTROL_LINE:
+            if len(buf) > longest_line:
                 await parse_slowly(data)  # no line end for that long: the parser's problem
                 return
             # The start of a control line: read it with the rest.
@@ -476,6 +478,11 @@ class DirectAcks:
             if ps is not None:
                 table.parser = ps
                 table.reader = ps.parse = _make_reader(nc, table, ps)
+            else:
+                _log.debug(
+                    "liftbridge-nats: acks go through nats-py's parser (its parser is not "
+                    "the one this version was written for)"
+                )
         table.handlers[sid] = handler
         self._sid = sid
         return True

@@ -355,3 +355,23 @@ async def test_a_failing_handler_under_the_reader_does_not_break_the_read_loop(
     await nc._ps.parse(b"MSG i 7 1\r\nx\r\nPING\r\n")
     assert "an ack handler failed" in caplog.text and nc.events == [("ping",)]
     route.detach()
+
+
+async def test_a_control_line_longer_than_nats_py_allows_is_left_to_its_parser() -> None:
+    async def feed(with_reader: bool) -> tuple[list[tuple[Any, ...]], bytes]:
+        nc = _Reading()
+        route = DirectAcks(nc)
+        assert route.attach(_Sub(_ACK_SID), lambda data: nc.events.append(("ack", data)))
+        if not with_reader:
+            del nc._ps.parse
+        await nc._ps.parse(b"MSG _INBOX.a.ack 7 2\r\nok\r\n")
+        for _ in range(10):
+            await nc._ps.parse(b"X" * 500)  # no line end in sight
+        await nc._ps.parse(b"\r\nMSG _INBOX.a.ack 7 2\r\nno\r\n")
+        left = bytes(nc._ps.buf)
+        route.detach()
+        return nc.events, left
+
+    events, left = await feed(True)
+    assert (events, left) == await feed(False)
+    assert events == [("ack", b"ok")] and left.startswith(b"X" * 5000)
