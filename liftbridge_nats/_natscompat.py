@@ -126,13 +126,17 @@ def _process_msg_ok(nc: Any) -> bool:
         return False
     if isinstance(getattr(nc, _TABLE_ATTR, None), _RouteTable):
         return True  # our dispatcher (a plain function), installed by another publisher
-    if not inspect.iscoroutinefunction(process):
+    return _coroutine_function_of(process, "sid", "subject", "reply", "data", "headers")
+
+
+def _coroutine_function_of(function: Any, *params: str) -> bool:
+    """True when ``function`` is a coroutine function with exactly these parameters."""
+    if not inspect.iscoroutinefunction(function):
         return False
     try:
-        params = list(inspect.signature(process).parameters)
+        return list(inspect.signature(function).parameters) == list(params)
     except (TypeError, ValueError):
         return False
-    return params == ["sid", "subject", "reply", "data", "headers"]
 
 
 class DirectWriter:
@@ -305,14 +309,7 @@ def _parser_of(nc: Any) -> Any:
         and isinstance(getattr(ps, "needed", None), int)
     ):
         return None
-    parse = getattr(type(ps), "parse", None)
-    if not inspect.iscoroutinefunction(parse):
-        return None
-    try:
-        params = list(inspect.signature(parse).parameters)
-    except (TypeError, ValueError):
-        return None
-    return ps if params == ["self", "data"] else None
+    return ps if _coroutine_function_of(getattr(type(ps), "parse", None), "self", "data") else None
 
 
 def _make_reader(nc: Any, table: _RouteTable, ps: Any) -> Callable[[bytes], Awaitable[None]]:
