@@ -11,7 +11,10 @@ The fast path does exactly that, synchronously:
   as ``nc.publish`` does. When the buffer is over the client's pending limit it refuses
   the command and :meth:`DirectWriter.wait_writable` waits until the flusher has
   written the buffer out: the same backpressure ``nc.publish`` applies, without leaving
-  the fast path;
+  the fast path. Once 256 KiB wait in the buffer (or half the pending limit) and the
+  socket has kept up, it hands the buffer to the TCP transport itself (``_transport``,
+  as the flusher does), so that a caller publishing for long without yielding has the
+  server at work meanwhile;
 * :class:`DirectAcks` puts one dispatcher in place of the client's ``_process_msg``
   (an attribute of that client object only; the class is untouched): a plain message
   for a registered subscription goes to its handler at once, everything else
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import sys
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -70,6 +74,9 @@ def _tail(size: int, after_reply: bool) -> tuple[bytes, int]:
 # While waiting for the flusher, look again this often: a flusher that died with the
 # connection never resolves the future it was handed.
 _DRAIN_POLL = 0.05
+# Once this many bytes (or half the client's pending limit) wait for the flusher, a
+# write hands them to the socket itself.
+_WRITE_THROUGH = 256 * 1024
 # The attribute of a nats-py client that holds the ack routing table (set by us).
 _TABLE_ATTR = "_liftbridge_nats_direct_acks"
 
@@ -145,7 +152,9 @@ class DirectWriter:
     Use only on a client :func:`probe` accepted. :meth:`write` returns False when the
     command was not taken: the client is not connected (or draining), its flusher is
     not running, or the buffer is over its pending limit (then :attr:`congested` is
-    True and :meth:`wait_writable` waits for the flusher).
+    True and :meth:`wait_writable` waits for the flusher). A write that fills the
+    buffer past 256 KiB (or half the pending limit) writes it to the socket at once,
+    unless the socket is behind.
     """
 
     __slots__ = (
@@ -156,6 +165,7 @@ class DirectWriter:
         "_nc",
         "_timer",
         "_waiters",
+        "_write_through_at",
         "congested",
         "sent",
     )
@@ -172,6 +182,8 @@ class DirectWriter:
         self._flushed: asyncio.Future[None] | None = None
         self._waiters: list[asyncio.Future[None]] = []
         self._timer: asyncio.TimerHandle | None = None
+        limit = nc._max_pending_size
+        self._write_through_at = min(_WRITE_THROUGH, limit // 2) if limit > 0 else _WRITE_THROUGH
         self.congested = False
         self.sent = 0
 
@@ -213,11 +225,39 @@ class DirectWriter:
             queue.put_nowait(flushed)
         nc._pending.extend(pieces)
         nc._pending_data_size = pending_size
+        if pending_size >= self._write_through_at:
+            self._write_through(nc)
         stats = nc.stats
         stats["out_msgs"] += 1
         stats["out_bytes"] += size
         self.sent += 1
         return True
+
+    def _write_through(self, nc: Any) -> None:
+        """Hand the client's outgoing buffer to its socket now, as its flusher would.
+
+        A caller that publishes thousands of messages without yielding (a burst of
+        ``publish()`` calls, or many tasks run in one turn of the loop) would otherwise
+        send nothing before it yields, and the server would idle while the client
+        encodes. When the socket is behind, the buffer waits for the flusher (and
+        nats-py's pending limit paces the caller, as before)."""
+        transport: Any = getattr(nc, "_transport", None)
+        writer = getattr(transport, "_io_writer", None)
+        if writer is None:
+            if transport is not None:
+                # Not the TCP transport (websockets queue their own writes): the
+                # flusher alone writes for this client.
+                self._write_through_at = sys.maxsize
+            return
+        try:
+            if writer.transport.get_write_buffer_size() > self._write_through_at:
+                return
+            transport.writelines(nc._pending)
+        except (AttributeError, RuntimeError):
+            # The transport is closing: nothing was written, the flusher meets it.
+            return
+        nc._pending = []
+        nc._pending_data_size = 0
 
     @property
     def usable(self) -> bool:

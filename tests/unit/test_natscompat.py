@@ -28,6 +28,7 @@ class _Connected:
         self._flush_queue: asyncio.Queue[Any] = asyncio.Queue()
         self.stats = {"out_msgs": 0, "out_bytes": 0}
         self._flusher_task = loop.create_future()  # a pending stand-in for the task
+        self._transport: Any = None  # set when a test needs the socket
 
 
 @pytest.mark.parametrize("reply", ["", "_INBOX.abc.c-1"])
@@ -80,6 +81,90 @@ def test_a_lone_message_over_the_limit_is_taken() -> None:
     async def main() -> None:
         nc = _Connected(asyncio.get_running_loop(), max_pending=10)
         assert DirectWriter(nc, asyncio.get_running_loop()).write("s", b"", b"x" * 100)
+
+    asyncio.run(main())
+
+
+class _Socket:
+    """The asyncio transport under nats-py's: how many bytes it still holds."""
+
+    def __init__(self, backlog: int) -> None:
+        self.backlog = backlog
+
+    def get_write_buffer_size(self) -> int:
+        return self.backlog
+
+
+class _StreamWriter:
+    def __init__(self, backlog: int) -> None:
+        self.transport = _Socket(backlog)
+
+
+class _Transport:
+    """nats-py's transport as the writer sees it: ``writelines`` and, for TCP, the
+    stream writer under it. Records what it was handed."""
+
+    def __init__(self, *, tcp: bool = True, backlog: int = 0, closing: bool = False) -> None:
+        if tcp:
+            self._io_writer = _StreamWriter(backlog)
+        self.closing = closing
+        self.written: list[bytes] = []
+
+    def writelines(self, payload: list[bytes]) -> None:
+        if self.closing:
+            raise RuntimeError("unable to write; the transport is closing")
+        self.written.append(b"".join(payload))
+
+
+def _publish_kib(writer: DirectWriter, count: int) -> bytes:
+    """``count`` 1 KiB messages through ``writer``; the bytes nats-py would send."""
+    payloads = [b"%06d" % i * 171 for i in range(count)]  # 1,026 bytes each
+    for payload in payloads:
+        assert writer.write("orders", b"", payload)
+    return b"".join(b"PUB orders %d\r\n%b\r\n" % (len(p), p) for p in payloads)
+
+
+@pytest.mark.parametrize(("limit", "threshold"), [(2 << 20, 256 * 1024), (64 * 1024, 32 * 1024)])
+def test_a_long_run_of_writes_reaches_the_socket_before_the_flusher_runs(
+    limit: int, threshold: int
+) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        nc = _Connected(loop, max_pending=limit)
+        nc._transport = transport = _Transport()
+        writer = DirectWriter(nc, loop)
+        expected = _publish_kib(writer, 1000)  # about 1 MiB, and no await
+        # In order, nothing twice: what the socket took, then what waits for the flusher.
+        assert b"".join(transport.written) + b"".join(nc._pending) == expected
+        assert len(transport.written) == len(expected) // threshold
+        assert all(threshold <= len(chunk) < threshold + 1100 for chunk in transport.written)
+        assert nc._pending_data_size == len(b"".join(nc._pending)) < threshold
+        assert nc.stats["out_msgs"] == 1000 and writer.sent == 1000 and not writer.congested
+        assert nc._flush_queue.qsize() == 1  # the flusher still writes what is left
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    "transport",
+    [_Transport(backlog=300 * 1024), _Transport(tcp=False), _Transport(closing=True)],
+    ids=["socket-behind", "not-tcp", "closing"],
+)
+def test_the_buffer_waits_for_the_flusher_when_the_socket_cannot_take_it(
+    transport: _Transport,
+) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        nc = _Connected(loop, max_pending=2 << 20)
+        nc._transport = transport
+        writer = DirectWriter(nc, loop)
+        expected = _publish_kib(writer, 1000)
+        assert transport.written == []
+        assert b"".join(nc._pending) == expected and nc._pending_data_size == len(expected)
+        # The pending limit still paces the caller.
+        while writer.write("orders", b"", b"x" * 1024):
+            pass
+        assert writer.congested and nc._pending_data_size <= 2 << 20
 
     asyncio.run(main())
 
