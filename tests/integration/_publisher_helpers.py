@@ -1,13 +1,16 @@
-"""Helpers of the publisher's integration tests: read partitions back through gRPC."""
+"""Helpers of the publisher's integration tests: read partitions back through gRPC, and
+watch what reaches nats-py's socket."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Any
 
 from liftbridge_nats import Ack, Client, Message, StartPosition, StopPosition
 from liftbridge_nats.testing import LocalCluster
@@ -63,3 +66,25 @@ def acked(results: Iterable[Ack | None]) -> list[Ack]:
 def user_headers(msg: Message) -> dict[str, bytes]:
     """The headers a publisher set: Liftbridge adds "subject" and "reply" itself."""
     return {k: v for k, v in msg.headers.items() if k not in ("subject", "reply")}
+
+
+@contextlib.contextmanager
+def socket_writes(nc: Any) -> Iterator[list[int]]:
+    """Record each hand-over to ``nc``'s transport (how many buffers) while the block runs.
+
+    nats-py's flusher is a task: in a block that does not await it cannot run, so what is
+    recorded there the publish calls handed to the socket themselves.
+    """
+    transport: Any = nc._transport
+    handed: list[int] = []
+    writelines = transport.writelines
+
+    def handing(data: list[bytes]) -> None:
+        handed.append(len(data))
+        writelines(data)
+
+    transport.writelines = handing
+    try:
+        yield handed
+    finally:
+        del transport.writelines

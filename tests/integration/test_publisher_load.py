@@ -10,7 +10,7 @@ from typing import Any
 
 import nats
 import pytest
-from _publisher_helpers import acked, read_all, user_headers
+from _publisher_helpers import acked, read_all, socket_writes, user_headers
 
 from liftbridge_nats import AckPolicy, Client, Publisher
 
@@ -32,24 +32,11 @@ async def test_a_20k_burst_is_served_entirely_by_the_fast_path(
             async with Publisher(nc, ack_timeout=60, fast_path=True) as pub:
                 assert pub.fast_path, pub.fast_path.reason
                 extra: dict[str, Any] = {"key": b"k", "headers": {"h": b"v"}} if keyed else {}
-                # nats-py's flusher cannot run before the loop does: whatever its transport
-                # is handed while the calls are made, the calls wrote to the socket.
-                transport: Any = nc._transport
-                handed: list[int] = []
-                writelines = transport.writelines
-
-                def handing(data: list[bytes]) -> None:
-                    handed.append(len(data))
-                    writelines(data)
-
-                transport.writelines = handing
-                try:
+                with socket_writes(nc) as handed:
                     calls = [
                         pub.publish(name, b"v%d" % i, ack_policy=AckPolicy.ALL, **extra)
                         for i in range(n)
                     ]
-                finally:
-                    del transport.writelines
                 acks = acked(await asyncio.gather(*calls))
                 stats = pub.stats
             assert stats.fast_path_sent == n and stats.public_api_sent == 0

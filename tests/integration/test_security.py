@@ -22,6 +22,7 @@ import nats.aio.client
 import nats.errors
 import nkeys
 import pytest
+from _publisher_helpers import acked, read_all, socket_writes
 
 from liftbridge_nats import (
     AckPolicy,
@@ -187,6 +188,33 @@ async def test_nats_tls_with_client_certificate_publishes(
         await _roundtrip(nc, tls_nats_cluster.brokers, unique_name("tls"))
     finally:
         await nc.close()
+
+
+async def test_a_burst_over_tls_reaches_the_socket_while_it_is_made(
+    tls_nats_cluster: LocalCluster, certs: TestCertificates, unique_name: Any
+) -> None:
+    """2,000 publish() calls of 1 KiB, made without yielding and then gathered: the fast
+    path hands nats-py's buffer to the TLS transport during the calls, and every message
+    is stored once, in call order."""
+    from liftbridge_nats import Publisher
+
+    name = unique_name("tlsburst")
+    values = [b"%04d" % i + b"x" * 1020 for i in range(2_000)]
+    nc = await nats.connect(tls_nats_cluster.nats_url, tls=certs.client_context(), **CONNECT)
+    try:
+        async with Client(tls_nats_cluster.brokers, timeout=10) as client:
+            await client.create_stream(name, name)
+            async with Publisher(nc, ack_timeout=30) as pub:
+                assert pub.fast_path, pub.fast_path.reason
+                with socket_writes(nc) as handed:
+                    calls = [pub.publish(name, v, ack_policy=AckPolicy.ALL) for v in values]
+                acks = acked(await asyncio.gather(*calls))
+            stored = await read_all(client, name)
+    finally:
+        await nc.close()
+    assert handed, "the burst sent nothing to the TLS socket before the event loop ran"
+    assert [a.offset for a in acks] == list(range(len(values)))
+    assert [m.value for m in stored] == values
 
 
 @pytest.mark.parametrize(
