@@ -136,7 +136,6 @@ def test_a_long_run_of_writes_reaches_the_socket_before_the_flusher_runs(
         expected = _publish_kib(writer, 1000)  # about 1 MiB, and no await
         # In order, nothing twice: what the socket took, then what waits for the flusher.
         assert b"".join(transport.written) + b"".join(nc._pending) == expected
-        assert len(transport.written) == len(expected) // threshold
         assert all(threshold <= len(chunk) < threshold + 1100 for chunk in transport.written)
         assert nc._pending_data_size == len(b"".join(nc._pending)) < threshold
         assert nc.stats["out_msgs"] == 1000 and writer.sent == 1000 and not writer.congested
@@ -146,17 +145,17 @@ def test_a_long_run_of_writes_reaches_the_socket_before_the_flusher_runs(
 
 
 @pytest.mark.parametrize(
-    "transport",
-    [_Transport(backlog=300 * 1024), _Transport(tcp=False), _Transport(closing=True)],
+    "options",
+    [{"backlog": 300 * 1024}, {"tcp": False}, {"closing": True}],
     ids=["socket-behind", "not-tcp", "closing"],
 )
 def test_the_buffer_waits_for_the_flusher_when_the_socket_cannot_take_it(
-    transport: _Transport,
+    options: dict[str, Any],
 ) -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
         nc = _Connected(loop, max_pending=2 << 20)
-        nc._transport = transport
+        nc._transport = transport = _Transport(**options)
         writer = DirectWriter(nc, loop)
         expected = _publish_kib(writer, 1000)
         assert transport.written == []
