@@ -41,7 +41,7 @@ from ._errors import (
     RetriedIncorrectOffsetError,
     for_ack_error,
 )
-from ._inflight import ATTEMPT, FUTURE, SUBJECT, Flight, InflightLedger
+from ._inflight import ATTEMPT, CID, SUBJECT, AckFuture, InflightLedger
 from ._log import RateLimitedLog, get_logger
 from ._proto import api_pb2
 from ._transport import InboxSubscription, NatsTransport, PublishTransport
@@ -149,9 +149,9 @@ class AckListener:
     :class:`~liftbridge_nats._transport.PublishTransport` or a connected nats-py client.
     :attr:`inbox` is the ack inbox to put in published messages and
     :attr:`reply_prefix` + a correlation id the NATS reply subject that makes NATS
-    report a message nobody received. ``on_no_responders(flight)`` receives such a
-    message's flight (already out of the ledger); without it the flight fails with
-    :class:`NoRespondersError`.
+    report a message nobody received. ``on_no_responders(future)`` receives such a
+    message's future (already out of the ledger, not done); without it the future fails
+    with :class:`NoRespondersError`.
 
     On the fast path acks go from nats-py's parser straight to :meth:`handle`, without
     the subscription's message objects, queue and task (:attr:`direct`); status
@@ -164,7 +164,7 @@ class AckListener:
         ledger: InflightLedger,
         *,
         inbox_prefix: str | None = None,
-        on_no_responders: Callable[[Flight], None] | None = None,
+        on_no_responders: Callable[[AckFuture], None] | None = None,
     ) -> None:
         if not isinstance(transport, PublishTransport):
             transport = NatsTransport(transport)
@@ -240,13 +240,13 @@ class AckListener:
             self._foreign += 1
             self._dropped()
             return
-        flight = self._ledger.settle(subject[len(self._reply_prefix) :])
-        if flight is None:
+        future = self._ledger.settle(subject[len(self._reply_prefix) :])
+        if future is None:
             self._unmatched += 1
             return
         self._no_responders += 1
-        if not flight[FUTURE].done():
-            self._on_no_responders(flight)
+        if not future.done():
+            self._on_no_responders(future)
 
     def handle(self, data: bytes) -> None:
         """Process the bytes of one message that arrived on the inbox.
@@ -271,16 +271,14 @@ class AckListener:
             self._malformed += 1
             self._dropped()
             return
-        cid = pb.correlationId
-        flight = self._ledger.settle(cid)
-        if flight is None:
+        future = self._ledger.settle(pb.correlationId)
+        if future is None:
             self._unmatched += 1
             return
-        future = flight[FUTURE]
         if future.done():  # cancelled by its caller meanwhile
             self._unmatched += 1
         elif pb.ackError:
-            self._settle_error(future, pb, flight)
+            self._settle_error(future, pb)
         else:
             self._matched += 1
             future.set_result(ack_view(pb))
@@ -311,7 +309,8 @@ class AckListener:
             self._foreign,
         )
 
-    def _settle_error(self, future: Any, pb: api_pb2.Ack, flight: Flight) -> None:
+    def _settle_error(self, future: AckFuture, pb: api_pb2.Ack) -> None:
+        flight = future.flight
         self._matched += 1
         self._rejected += 1
         future.set_exception(
@@ -325,5 +324,6 @@ class AckListener:
         )
 
 
-def _fail_no_responders(flight: Flight) -> None:
-    flight[FUTURE].set_exception(no_responders_exception(flight[SUBJECT], flight[1]))
+def _fail_no_responders(future: AckFuture) -> None:
+    flight = future.flight
+    future.set_exception(no_responders_exception(flight[SUBJECT], flight[CID]))

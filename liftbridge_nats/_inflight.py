@@ -3,8 +3,12 @@ the backpressure gate that keeps their number under ``max_inflight``.
 
 Built for the hot path of pipelined publishing:
 
-* one dict maps correlation ids to flights; a flight is a plain tuple (no per-message
-  object beyond the future and the tuple);
+* one dict maps correlation ids to the futures of the messages in flight; each future
+  carries its message's flight, a plain tuple of strings, bytes and numbers (no
+  per-message object beyond the future and the tuple). The tuple holds no object that
+  could refer back to it, so CPython's garbage collector stops tracking it at its first
+  collection: a burst of thousands of messages waiting for their acks leaves the
+  collector one object per message to scan again and again (the future), not two;
 * deadlines need no per-message timer: flights published with the publisher's default
   timeout are marked in a deque in deadline order, and one ``loop.call_at`` timer,
   armed for the oldest live deadline, expires them in batches. Flights with their own
@@ -18,7 +22,9 @@ Built for the hot path of pipelined publishing:
   track them (a tuple per message would add to every young collection).
 
 The encoded bytes of every in-flight message stay in its flight, so a later caller can
-re-send it unchanged (same correlation id) after a reconnect or a timeout.
+re-send it unchanged (same correlation id) after a reconnect or a timeout. A re-send is
+a new flight on the same future (the next attempt, with its own deadline); whatever
+still holds the old flight can tell it is stale (``future.flight is not flight``).
 """
 
 from __future__ import annotations
@@ -40,7 +46,6 @@ __all__ = [
     "DATA",
     "DEADLINE",
     "FINAL",
-    "FUTURE",
     "REPLY",
     "SUBJECT",
     "AckFuture",
@@ -52,14 +57,29 @@ __all__ = [
 ]
 
 
+# A flight is a plain tuple of atomic values, the cheapest record Python builds and one
+# the garbage collector stops tracking (see the module docstring):
+# (correlation id, subject, encoded envelope, loop-time deadline of this attempt,
+#  NATS reply subject (b"" for none), loop-time deadline of the whole publish, attempt no.
+#  (-1 for AckPolicy.NONE: never in the ledger))
+Flight = tuple[str, str, bytes, float, bytes, float, int]
+CID: Final = 0
+SUBJECT: Final = 1
+DATA: Final = 2
+DEADLINE: Final = 3
+REPLY: Final = 4
+FINAL: Final = 5
+ATTEMPT: Final = 6
+
+
 class AckFuture(asyncio.Future[Ack | None]):
-    """The future of one message's ack. Cancelling it forgets the message; failing it
-    counts the error's class in ``failed`` (both class attributes of the publisher's
-    own subclass, see :func:`future_factory`)."""
+    """The future of one message's ack, carrying the message's current ``flight``.
+    Cancelling it forgets the message; failing it counts the error's class in ``failed``
+    (both class attributes of the publisher's own subclass, see :func:`future_factory`)."""
 
-    __slots__ = ("cid",)
+    __slots__ = ("flight",)
 
-    cid: str
+    flight: Flight
     forget: Callable[[str, AckFuture], None] | None = None
     failed: dict[str, int] | None = None
 
@@ -78,11 +98,11 @@ class AckFuture(asyncio.Future[Ack | None]):
         forget = self.forget
         if forget is not None and not self.done():
             try:
-                cid = self.cid
+                flight = self.flight
             except AttributeError:
-                pass
+                pass  # cancelled before its message was prepared
             else:
-                forget(cid, self)
+                forget(flight[CID], self)
         return super().cancel(msg)
 
 
@@ -145,19 +165,6 @@ class RoomWaiter(Protocol):
         """The ledger closed: fail."""
 
 
-# A flight is a plain tuple, the cheapest record Python builds:
-# (future, correlation id, subject, encoded envelope, loop-time deadline of this attempt,
-#  NATS reply subject (b"" for none), loop-time deadline of the whole publish, attempt no.)
-Flight = tuple[AckFuture, str, str, bytes, float, bytes, float, int]
-FUTURE: Final = 0
-CID: Final = 1
-SUBJECT: Final = 2
-DATA: Final = 3
-DEADLINE: Final = 4
-REPLY: Final = 5
-FINAL: Final = 6
-ATTEMPT: Final = 7
-
 # Where a custom deadline stands in the heap: (deadline, correlation id).
 _Mark = tuple[float, str]
 
@@ -170,10 +177,12 @@ _STALE_SLACK = 1024
 
 
 class InflightLedger:
-    """Correlation id -> in-flight message, with deadlines and a bounded capacity.
+    """Correlation id -> the future of the message in flight (its ``flight`` carries the
+    rest), with deadlines and a bounded capacity.
 
-    ``on_expired(flight)`` is called for every flight whose deadline passed without an
-    ack (the flight has already left the ledger); it must settle the future.
+    ``on_expired(future)`` is called for every message whose attempt's deadline passed
+    without an ack (it has already left the ledger); it must settle the future or enter
+    the next attempt.
     """
 
     __slots__ = (
@@ -197,7 +206,7 @@ class InflightLedger:
         loop: asyncio.AbstractEventLoop,
         *,
         max_inflight: int,
-        on_expired: Callable[[Flight], None],
+        on_expired: Callable[[AckFuture], None],
     ) -> None:
         self._loop = loop
         self._capacity = max_inflight
@@ -205,7 +214,7 @@ class InflightLedger:
         # slot: a full pipeline then refills in bursts, one wake-up per many acks.
         self._low_water = max_inflight - max(1, max_inflight // 4)
         self._on_expired = on_expired
-        self._entries: dict[str, Flight] = {}
+        self._entries: dict[str, AckFuture] = {}
         # Deadlines in order, and beside each its correlation id.
         self._order: deque[float] = deque()
         self._order_cids: deque[str] = deque()
@@ -235,9 +244,9 @@ class InflightLedger:
         """True when a new flight must wait for room."""
         return len(self._entries) >= self._capacity
 
-    def live_views(self) -> tuple[Mapping[str, Flight], Sized]:
-        """The flights by correlation id and the callers waiting for room, as live
-        objects (never replaced): a hot path can test ``must_wait`` without a call."""
+    def live_views(self) -> tuple[Mapping[str, AckFuture], Sized]:
+        """The futures in flight by correlation id and the callers waiting for room, as
+        live objects (never replaced): a hot path can test ``must_wait`` without a call."""
         return self._entries, self._waiters
 
     def must_wait(self) -> bool:
@@ -249,31 +258,29 @@ class InflightLedger:
         """True while callers wait for room."""
         return bool(self._waiters)
 
-    def get(self, correlation_id: str) -> Flight | None:
-        """The flight of ``correlation_id``, if it is in the ledger."""
+    def get(self, correlation_id: str) -> AckFuture | None:
+        """The future of ``correlation_id``'s message, if it is in the ledger."""
         return self._entries.get(correlation_id)
-
-    def flights(self) -> list[Flight]:
-        """A snapshot of the flights in the ledger."""
-        return list(self._entries.values())
 
     def queued(self) -> list[RoomWaiter]:
         """A snapshot of what waits for room (tasks and queued publishes)."""
         return list(self._waiters)
 
     def futures(self) -> list[AckFuture]:
-        """A snapshot of the futures of the flights in the ledger."""
-        return [flight[FUTURE] for flight in self._entries.values()]
+        """A snapshot of the futures in the ledger."""
+        return list(self._entries.values())
 
     # ------------------------------------------------------------------ hot path
 
-    def add(self, flight: Flight, ordered: bool = True) -> None:
-        """Record a flight. ``ordered`` says its deadline is not earlier than any
-        deadline added before with ``ordered`` (true for the publisher's default timeout).
+    def add(self, future: AckFuture, ordered: bool = True) -> None:
+        """Record ``future`` under its flight's correlation id, until its flight's
+        deadline. ``ordered`` says that deadline is not earlier than any deadline added
+        before with ``ordered`` (true for the publisher's default timeout).
         """
+        flight = future.flight
         cid = flight[CID]
         deadline = flight[DEADLINE]
-        self._entries[cid] = flight
+        self._entries[cid] = future
         if ordered:
             order = self._order
             order.append(deadline)
@@ -285,10 +292,10 @@ class InflightLedger:
         if self._timer is None or deadline < self._timer_at:
             self._arm()
 
-    def settle(self, correlation_id: str) -> Flight | None:
-        """Remove and return the flight of an ack's correlation id (None if unknown)."""
-        flight = self._entries.pop(correlation_id, None)
-        if flight is None:
+    def settle(self, correlation_id: str) -> AckFuture | None:
+        """Remove and return the future of an ack's correlation id (None if unknown)."""
+        future = self._entries.pop(correlation_id, None)
+        if future is None:
             return None
         cids = self._order_cids
         if cids and cids[0] == correlation_id:
@@ -296,13 +303,13 @@ class InflightLedger:
             self._order.popleft()
         if self._waiters and len(self._entries) <= self._low_water:
             self._wake_all_that_fit()
-        return flight
+        return future
 
     def discard(self, correlation_id: str, future: AckFuture | None = None) -> None:
-        """Forget a flight (cancelled, or never sent); ``future`` guards against a
+        """Forget a message (cancelled, or never sent); ``future`` guards against a
         correlation id that was re-used since."""
         current = self._entries.get(correlation_id)
-        if current is not None and (future is None or current[FUTURE] is future):
+        if current is not None and (future is None or current is future):
             del self._entries[correlation_id]
             if self._waiters:
                 self._wake_all_that_fit()
@@ -422,33 +429,33 @@ class InflightLedger:
         self._timer = None
         now = self._loop.time()
         entries = self._entries
-        expired: list[Flight] = []
+        expired: list[AckFuture] = []
         order = self._order
         cids = self._order_cids
         while order and order[0] <= now:
             deadline = order.popleft()
             cid = cids.popleft()
-            flight = entries.get(cid)
-            if flight is not None and flight[DEADLINE] == deadline:
+            future = entries.get(cid)
+            if future is not None and future.flight[DEADLINE] == deadline:
                 del entries[cid]
-                expired.append(flight)
+                expired.append(future)
         heap = self._heap
         while heap and heap[0][0] <= now:
             deadline, cid = heapq.heappop(heap)
-            flight = entries.get(cid)
-            if flight is not None and flight[DEADLINE] == deadline:
+            future = entries.get(cid)
+            if future is not None and future.flight[DEADLINE] == deadline:
                 del entries[cid]
-                expired.append(flight)
-        for flight in expired:
-            self._on_expired(flight)
+                expired.append(future)
+        for future in expired:
+            self._on_expired(future)
         if self._waiters:
             self._wake_all_that_fit()
         self._arm()
 
     def _is_live(self, deadline: float, correlation_id: str) -> bool:
         # A correlation id sent again (a retry) is entered anew with its new deadline.
-        flight = self._entries.get(correlation_id)
-        return flight is not None and flight[DEADLINE] == deadline
+        future = self._entries.get(correlation_id)
+        return future is not None and future.flight[DEADLINE] == deadline
 
     def _compact(self) -> None:
         entries = self._entries
@@ -459,8 +466,8 @@ class InflightLedger:
         # Inline (no call per entry): with interleaved partitions this runs every few
         # max_inflight messages over up to four times as many entries.
         for deadline, cid in zip(self._order, self._order_cids, strict=True):
-            flight = entries.get(cid)
-            if flight is not None and flight[DEADLINE] == deadline:
+            future = entries.get(cid)
+            if future is not None and future.flight[DEADLINE] == deadline:
                 keep_deadline(deadline)
                 keep_cid(cid)
         self._order = order
@@ -488,14 +495,14 @@ class InflightLedger:
             self._timer.cancel()
             self._timer = None
 
-    def drain(self) -> list[Flight]:
-        """Remove and return every flight (used by close to fail what is left)."""
-        flights = list(self._entries.values())
+    def drain(self) -> list[AckFuture]:
+        """Remove and return every future (used by close to fail what is left)."""
+        futures = list(self._entries.values())
         self._entries.clear()
         self._order.clear()
         self._order_cids.clear()
         self._heap.clear()
-        return flights
+        return futures
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"<InflightLedger {len(self._entries)}/{self._capacity} in flight>"

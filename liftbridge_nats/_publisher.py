@@ -97,7 +97,6 @@ from ._inflight import (
     CID,
     DATA,
     FINAL,
-    FUTURE,
     REPLY,
     SUBJECT,
     AckFuture,
@@ -109,7 +108,7 @@ from ._log import RateLimitedLog, get_logger
 from ._messages import Ack, AckPolicy, K, V
 from ._metrics import DEFAULT_LATENCY_INTERVAL, AckLatency, Metrics, PublishCounts, metrics_for
 from ._partitioning import PartitionerLike, choose_partition, partition_subject
-from ._sender import Sender
+from ._sender import Outgoing, Sender
 from ._tracing import PublishTracer, publish_tracer
 from ._transport import FastPath, NatsTransport, PublishTransport, log_choice, too_large_error
 from .serializers import serialize
@@ -486,13 +485,13 @@ class Publisher(Generic[V, K]):
         self._encode_plain: Callable[[bytes, bytes, AckPolicy], bytes] = _not_started
         self._encode_keyed: Callable[..., bytes] = _not_started
         self._header_fields: dict[tuple[tuple[str, bytes], ...], bytes] = {}
-        self._ledger_add: Callable[[Flight, bool], None] = _not_started
+        self._ledger_add: Callable[[AckFuture, bool], None] = _not_started
         self._must_wait: Callable[[], bool] = _not_started
-        # The ledger's flights and room waiters, read without a call on the hot path.
-        self._inflight: Mapping[str, Flight] = {}
+        # The ledger's futures and room waiters, read without a call on the hot path.
+        self._inflight: Mapping[str, AckFuture] = {}
         self._room_waiters: Sized = ()
         self._write: Callable[[str, bytes, bytes], bool] = _not_started
-        self._defer: Callable[[Flight], bool] = _not_started
+        self._defer: Callable[[AckFuture], bool] = _not_started
         self._discard: Callable[[str, AckFuture], None] = _not_started
         self._fast = False
         self._create_future: Callable[[], AckFuture] = _not_started
@@ -507,7 +506,7 @@ class Publisher(Generic[V, K]):
         self._cid_counter = itertools.count(1)
         self._valid_subjects: set[str] = set()
         # Messages waiting for NATS (the sender's own deque, set by start()).
-        self._outbox: deque[Flight] = deque()
+        self._outbox: deque[Outgoing] = deque()
         self._routes: dict[str, tuple[str, int]] = {}
         # Partition subjects publish_to_stream_async sent to: (stream, partition).
         self._stream_subjects: dict[str, tuple[str, int]] = {}
@@ -717,10 +716,9 @@ class Publisher(Generic[V, K]):
         await asyncio.gather(*tasks, return_exceptions=True)
         # First what never left (it fails as not sent), then what went out unacked.
         await session.sender.stop(_unsent_error)
-        for flight in ledger.drain():
-            future = flight[FUTURE]
+        for future in ledger.drain():
             if not future.done():
-                future.set_exception(_ack_lost_error(flight))
+                future.set_exception(_ack_lost_error(future.flight))
         await session.listener.stop()
         if self._metrics is not None:
             # Its final counts stay in the process totals.
@@ -766,7 +764,7 @@ class Publisher(Generic[V, K]):
         try:
             if self._serializing:
                 value, key = self._serialize(subject, value, key)
-            flight = self._submit_now(
+            future = self._submit_now(
                 subject,
                 value,
                 key,
@@ -779,8 +777,8 @@ class Publisher(Generic[V, K]):
             )
         except Exception as exc:
             return _raising(exc)  # errors surface where the call is awaited, as before
-        if flight is not None:
-            return flight[FUTURE]  # type: ignore[return-value]  # made by _create_call
+        if future is not None:
+            return future  # type: ignore[return-value]  # made by _create_call
         if self._fast and self._state == _OPEN:
             # No room in the ledger (only that stops the fast path here, or waiters are
             # ahead): wait in its queue as a PublishCall, sent when room frees.
@@ -816,13 +814,13 @@ class Publisher(Generic[V, K]):
         if call.done():  # cancelled while it waited: forgotten
             return
         try:
-            flight = self._submit_now(*queued.args, functools.partial(_same, call), queued=True)
+            sent = self._submit_now(*queued.args, functools.partial(_same, call), queued=True)
         except Exception as exc:
             # An argument refused (as publish() raises it when awaited): not counted as a
             # failed publish, as it is not when the message goes at once.
             asyncio.Future.set_exception(call, exc)
             return
-        if flight is None:
+        if sent is None:
             # The fast path refused it after all (NATS disconnected and the reconnect
             # buffer full): the slow way, in a task of the publisher's.
             session = self._live()
@@ -854,7 +852,7 @@ class Publisher(Generic[V, K]):
         timeout: float | None,
         traced: bool = False,
     ) -> Ack | None:
-        flight = await self._submit_waiting(
+        future = await self._submit_waiting(
             subject,
             value,
             key,
@@ -866,7 +864,7 @@ class Publisher(Generic[V, K]):
             traced,
         )
         # Cancelling this wait cancels the future, which forgets the message.
-        return await flight[FUTURE]
+        return await future
 
     def _serialize(self, subject: str, value: Any, key: Any) -> tuple[Any, Any]:
         """The value and key as the serializers make them (SerializationError when one
@@ -902,7 +900,7 @@ class Publisher(Generic[V, K]):
             await asyncio.sleep(0)
         if self._serializing:
             value, key = self._serialize(subject, value, key)
-        flight = self._submit_now(
+        return self._submit_now(
             subject,
             value,
             key,
@@ -915,7 +913,6 @@ class Publisher(Generic[V, K]):
         ) or await self._submit_waiting(
             subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
         )
-        return flight[FUTURE]
 
     async def publish_batch(
         self,
@@ -982,7 +979,7 @@ class Publisher(Generic[V, K]):
         """
         ledger = self._live().ledger
         futures = ledger.futures()
-        futures.extend(f[FUTURE] for f in self._outbox if not f[FUTURE].done())
+        futures.extend(f for f, _ in self._outbox if not f.done())
         # publish() calls waiting for room were published too: they go out on their own.
         futures.extend(w.call for w in ledger.queued() if isinstance(w, _Queued) and not w.done())
         if not futures:
@@ -1006,10 +1003,10 @@ class Publisher(Generic[V, K]):
         make: Callable[[], AckFuture],
         traced: bool = False,
         queued: bool = False,
-    ) -> Flight | None:
-        """Publish one message without awaiting anything; None (and nothing done) when
-        that is not possible: no room in the ledger, the fast path off, or the reconnect
-        buffer full. The flight's future is ``flight[FUTURE]``.
+    ) -> AckFuture | None:
+        """Publish one message without awaiting anything and return its future; None
+        (and nothing done) when that is not possible: no room in the ledger, the fast
+        path off, or the reconnect buffer full.
 
         ``value`` and ``key`` are bytes once serialized (the checks refuse anything
         else); ``traced``: the caller started the message's span (publish_to_stream);
@@ -1021,9 +1018,9 @@ class Publisher(Generic[V, K]):
         ) or not self._fast:
             return None
         if correlation_id is None and expected_offset is None and timeout is None:
-            flight = self._prepare_fast(subject, value, key, headers, ack_policy, make)
+            future = self._prepare_fast(subject, value, key, headers, ack_policy, make)
         else:
-            flight = self._prepare(
+            future = self._prepare(
                 subject,
                 value,
                 key,
@@ -1035,18 +1032,19 @@ class Publisher(Generic[V, K]):
                 make,
                 traced,
             )
+        flight = future.flight
         if (
             self._outbox or not self._write(subject, flight[REPLY], flight[DATA])
-        ) and not self._defer(flight):
+        ) and not self._defer(future):
             # Neither sent nor queued: undone, for the caller to await _submit_waiting.
             # (A span started for it is never ended, so never exported: the message
             # gets its one span when it is prepared again.)
-            self._discard(flight[CID], flight[FUTURE])
+            self._discard(flight[CID], future)
             return None
         self._published += 1
         if flight[ATTEMPT] < 0:  # AckPolicy.NONE: done once handed to NATS
-            flight[FUTURE].set_result(None)
-        return flight
+            future.set_result(None)
+        return future
 
     async def _submit_waiting(
         self,
@@ -1060,16 +1058,16 @@ class Publisher(Generic[V, K]):
         timeout: float | None,
         traced: bool = False,
         make: Callable[[], AckFuture] | None = None,
-    ) -> Flight:
+    ) -> AckFuture:
         """:meth:`_submit_now` for when something must be awaited first or instead."""
         if self._must_wait():
             await self._wait_for_room()
         if make is None:
             make = self._create_future
         if correlation_id is None and expected_offset is None and timeout is None:
-            flight = self._prepare_fast(subject, value, key, headers, ack_policy, make)
+            future = self._prepare_fast(subject, value, key, headers, ack_policy, make)
         else:
-            flight = self._prepare(
+            future = self._prepare(
                 subject,
                 value,
                 key,
@@ -1081,12 +1079,13 @@ class Publisher(Generic[V, K]):
                 make,
                 traced,
             )
+        flight = future.flight
         if self._outbox or not self._write(subject, flight[REPLY], flight[DATA]):
-            await self._live().sender.send(flight)
+            await self._live().sender.send(future)
         self._published += 1
         if flight[ATTEMPT] < 0:
-            flight[FUTURE].set_result(None)
-        return flight
+            future.set_result(None)
+        return future
 
     async def _wait_for_room(self) -> None:
         await self._live().ledger.wait_for_room()
@@ -1100,7 +1099,7 @@ class Publisher(Generic[V, K]):
         headers: Mapping[str, bytes] | None,
         ack_policy: AckPolicy,
         make: Callable[[], AckFuture],
-    ) -> Flight:
+    ) -> AckFuture:
         """:meth:`_prepare` for the common messages: a value, perhaps a key and headers,
         and no correlation id, expected offset or timeout of their own (anything unusual
         goes to _prepare). Headers are checked and encoded once per distinct set."""
@@ -1147,11 +1146,7 @@ class Publisher(Generic[V, K]):
         now = self._time()
         deadline = now + self._ack_timeout
         future = make()
-        future.cid = cid
-        if now >= self._sample_at:
-            self._sample_latency(future, now)
-        flight: Flight = (
-            future,
+        future.flight = (
             cid,
             subject,
             data,
@@ -1160,8 +1155,10 @@ class Publisher(Generic[V, K]):
             now + self._retry_deadline if self._retry else deadline,
             0,
         )
-        self._ledger_add(flight, True)
-        return flight
+        if now >= self._sample_at:
+            self._sample_latency(future, now)
+        self._ledger_add(future, True)
+        return future
 
     def _remember_headers(
         self, items: tuple[tuple[str, bytes], ...], headers: Mapping[str, bytes]
@@ -1184,8 +1181,9 @@ class Publisher(Generic[V, K]):
         timeout: float | None,
         make: Callable[[], AckFuture],
         traced: bool = False,
-    ) -> Flight:
-        """Check, encode and (unless AckPolicy.NONE) enter a message in the ledger.
+    ) -> AckFuture:
+        """Check, encode and (unless AckPolicy.NONE) enter a message in the ledger; its
+        future carries its flight.
 
         While tracing, the message's PRODUCER span starts here (unless ``traced``: the
         caller started it), its context goes into the headers, and the span ends with
@@ -1231,11 +1229,11 @@ class Publisher(Generic[V, K]):
                 PublishTracer.finish(span, error=exc)
             raise
         future = make()
-        future.cid = cid
         if span is not None:
             future.add_done_callback(PublishTracer.finisher(span))
         if ack_policy is _NO_ACK:
-            return (future, cid, subject, data, 0.0, b"", 0.0, -1)
+            future.flight = (cid, subject, data, 0.0, b"", 0.0, -1)
+            return future
         now = self._time()
         if now >= self._sample_at:
             self._sample_latency(future, now)
@@ -1248,9 +1246,9 @@ class Publisher(Generic[V, K]):
         else:
             final = now + timeout
             deadline = min(final, now + self._ack_timeout) if self._retry else final
-        flight: Flight = (future, cid, subject, data, deadline, reply, final, 0)
-        self._ledger_add(flight, timeout is None)
-        return flight
+        future.flight = (cid, subject, data, deadline, reply, final, 0)
+        self._ledger_add(future, timeout is None)
+        return future
 
     def _sample_latency(self, future: AckFuture, sent: float) -> None:
         """Time this message to its ack: at most one message per interval is timed,
@@ -1263,20 +1261,19 @@ class Publisher(Generic[V, K]):
         if latency is not None and not future.cancelled() and future.exception() is None:
             latency.observe(self._time(), sent)
 
-    def _resend(self, flight: Flight) -> None:
-        self._live().sender.resend(flight)
+    def _resend(self, future: AckFuture) -> None:
+        self._live().sender.resend(future)
 
     # ------------------------------------------------------------------ settling
 
-    def _on_expired(self, flight: Flight) -> None:
-        """Ledger callback: a flight's attempt deadline passed without an ack."""
-        future = flight[FUTURE]
+    def _on_expired(self, future: AckFuture) -> None:
+        """Ledger callback: a message's attempt deadline passed without an ack."""
         if future.done():
             return
+        flight = future.flight
         now = self._time()
         if self._retry and now < flight[FINAL] and self._state == _OPEN:
             again: Flight = (
-                future,
                 flight[CID],
                 flight[SUBJECT],
                 flight[DATA],
@@ -1285,8 +1282,9 @@ class Publisher(Generic[V, K]):
                 flight[FINAL],
                 flight[ATTEMPT] + 1,
             )
-            self._live().ledger.add(again, False)
-            self._resend(again)
+            future.flight = again
+            self._live().ledger.add(future, False)
+            self._resend(future)
             self._resend_log.log(
                 "no ack for a message on %r within ack_timeout (%.3g s): sent again "
                 "(attempt %d, correlation id %s)",
@@ -1310,9 +1308,9 @@ class Publisher(Generic[V, K]):
             )
         )
 
-    def _on_no_responders(self, flight: Flight) -> None:
-        """Listener callback: NATS reports that nobody received this flight."""
-        future = flight[FUTURE]
+    def _on_no_responders(self, future: AckFuture) -> None:
+        """Listener callback: NATS reports that nobody received this message."""
+        flight = future.flight
         session = self._live()
         now = session.loop.time()
         if self._stream_subjects and self._resume_paused and self._state == _OPEN:
@@ -1323,7 +1321,6 @@ class Publisher(Generic[V, K]):
             delay = min(_BACKOFF_MAX, _BACKOFF_FIRST * (2 ** flight[ATTEMPT]))
             if now + delay < flight[FINAL]:
                 again: Flight = (
-                    future,
                     flight[CID],
                     flight[SUBJECT],
                     flight[DATA],
@@ -1334,12 +1331,13 @@ class Publisher(Generic[V, K]):
                     flight[ATTEMPT] + 1,
                 )
                 # Back in the ledger at once: the deadline keeps running meanwhile.
-                session.ledger.add(again, False)
+                future.flight = again
+                session.ledger.add(future, False)
                 old = session.timers.pop(flight[CID], None)
                 if old is not None:
                     old.cancel()
                 session.timers[flight[CID]] = session.loop.call_later(
-                    delay, self._resend_later, again
+                    delay, self._resend_later, future, again
                 )
                 self._resend_log.log(
                     "nobody listens on %r (no stream, paused partition, or a fail-over in "
@@ -1353,11 +1351,11 @@ class Publisher(Generic[V, K]):
                 return
         future.set_exception(no_responders_exception(flight[SUBJECT], flight[CID]))
 
-    def _resend_later(self, flight: Flight) -> None:
+    def _resend_later(self, future: AckFuture, flight: Flight) -> None:
         session = self._live()
         session.timers.pop(flight[CID], None)
-        if session.ledger.get(flight[CID]) is flight:
-            self._resend(flight)
+        if session.ledger.get(flight[CID]) is future and future.flight is flight:
+            self._resend(future)
 
     # ------------------------------------------------------------------ streams
 
@@ -1492,7 +1490,7 @@ class Publisher(Generic[V, K]):
         try:
             if not self._published & _YIELD_MASK:
                 await asyncio.sleep(0)
-            flight = self._submit_now(
+            future = self._submit_now(
                 target,
                 data,
                 key_data,
@@ -1518,7 +1516,6 @@ class Publisher(Generic[V, K]):
             if span is not None:
                 PublishTracer.finish(span, error=exc)
             raise
-        future = flight[FUTURE]
         if span is not None:
             future.add_done_callback(PublishTracer.finisher(span))
         return future

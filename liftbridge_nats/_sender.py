@@ -7,7 +7,9 @@ when full), and messages sent again
 (``retry=True``, or after a no-responders report). The sender task sends them when the
 connection is up, skipping those that expired or were settled meanwhile. Everything a
 message needs to be sent again is in its flight (the encoded bytes, subject, reply
-subject), so a re-send is the same message with the same correlation id.
+subject), so a re-send is the same message with the same correlation id. The outbox
+keeps each message's future beside the flight it was queued with: when a newer attempt
+replaced that flight (a retry), the queued one is stale and skipped.
 """
 
 from __future__ import annotations
@@ -18,17 +20,20 @@ from collections import deque
 from collections.abc import Callable
 
 from ._errors import LiftbridgeError, NotConnectedError, PublisherClosedError
-from ._inflight import ATTEMPT, CID, DATA, FINAL, FUTURE, REPLY, SUBJECT, Flight, InflightLedger
+from ._inflight import ATTEMPT, CID, DATA, FINAL, REPLY, SUBJECT, AckFuture, Flight, InflightLedger
 from ._log import get_logger
 from ._transport import PublishTransport
 
-__all__ = ["Sender"]
+__all__ = ["Outgoing", "Sender"]
 
 _log = get_logger("publisher")
 
 # While NATS is disconnected the sender polls for the reconnect (nats-py's reconnected
 # callback belongs to the application that created the client).
 _RECONNECT_POLL = 0.02
+
+# A message in the outbox: its future, and the flight (attempt) it was queued with.
+Outgoing = tuple[AckFuture, Flight]
 
 
 class Sender:
@@ -52,7 +57,7 @@ class Sender:
         self._loop = loop
         self._max_bytes = max_buffered_bytes
         self._is_open = is_open
-        self.outbox: deque[Flight] = deque()
+        self.outbox: deque[Outgoing] = deque()
         self._bytes = 0
         self._wakeup = asyncio.Event()
         self._room = asyncio.Event()
@@ -69,10 +74,11 @@ class Sender:
             self._task = self._loop.create_task(self._run(), name="liftbridge-publisher-sender")
 
     async def stop(self, make_error: Callable[[Flight], BaseException]) -> None:
-        """Stop the task; fail the unsettled flights still waiting with ``make_error``."""
-        for flight in self.outbox:
-            if not flight[FUTURE].done():
-                flight[FUTURE].set_exception(make_error(flight))
+        """Stop the task; fail the unsettled messages still waiting with ``make_error``
+        (given each one's flight)."""
+        for future, flight in self.outbox:
+            if not future.done():
+                future.set_exception(make_error(flight))
         self.outbox.clear()
         self._bytes = 0
         self._room.set()
@@ -84,15 +90,16 @@ class Sender:
 
     # ------------------------------------------------------------------ queries
 
-    def is_live(self, flight: Flight) -> bool:
-        """True while ``flight`` still needs sending (not expired, settled or cancelled)."""
+    def is_live(self, future: AckFuture, flight: Flight) -> bool:
+        """True while ``flight`` still needs sending (not expired, settled, cancelled or
+        replaced by a newer attempt)."""
         if flight[ATTEMPT] < 0:  # AckPolicy.NONE: not in the ledger
-            return not flight[FUTURE].done()
-        return self._ledger.get(flight[CID]) is flight
+            return not future.done()
+        return self._ledger.get(flight[CID]) is future and future.flight is flight
 
     def waiting(self) -> int:
         """How many messages wait for NATS now."""
-        return sum(1 for flight in self.outbox if self.is_live(flight))
+        return sum(1 for future, flight in self.outbox if self.is_live(future, flight))
 
     @property
     def buffered_bytes(self) -> int:
@@ -101,53 +108,58 @@ class Sender:
 
     # ------------------------------------------------------------------ sending
 
-    async def send(self, flight: Flight) -> None:
-        """Send or keep a flight the caller could not hand to the transport's fast path.
+    async def send(self, future: AckFuture) -> None:
+        """Send or keep a message (its future's flight) the caller could not hand to the
+        transport's fast path.
 
-        With the fast path off (and nothing waiting before it), the flight goes through
+        With the fast path off (and nothing waiting before it), the message goes through
         the transport's public path at once. Otherwise it is kept in order (NATS is
         disconnected, or its buffer is full) for the sender task, waiting while the
-        outbox is full. Raises the SDK error (the flight is then out of the ledger)
+        outbox is full. Raises the SDK error (the message is then out of the ledger)
         when the message cannot be sent at all.
         """
         transport = self._transport
+        flight = future.flight
         if not self.outbox and transport.connected and not transport.fast_path:
             try:
                 if await transport.send(flight[SUBJECT], flight[REPLY], flight[DATA], flight[CID]):
                     return
             except LiftbridgeError:
-                self._forget(flight)
+                self._forget(future, flight)
                 raise
         if transport.closed:
-            self._forget(flight)
+            self._forget(future, flight)
             raise NotConnectedError(
                 "the NATS connection is closed; nothing was sent. Connect a new client "
                 "and create a new Publisher."
             )
-        await self._keep(flight)
+        await self._keep(future, flight)
 
-    def defer(self, flight: Flight) -> bool:
-        """Keep a flight the fast path could not take now (NATS's buffer is full or NATS
-        is disconnected), without waiting; False when the outbox has no room for it."""
+    def defer(self, future: AckFuture) -> bool:
+        """Keep a message the fast path could not take now (NATS's buffer is full or
+        NATS is disconnected), without waiting; False when the outbox has no room for it."""
+        flight = future.flight
         size = len(flight[DATA])
         if (self.outbox and self._bytes + size > self._max_bytes) or self._transport.closed:
             return False
-        self.outbox.append(flight)
+        self.outbox.append((future, flight))
         self._bytes += size
         self._wakeup.set()
         return True
 
-    def resend(self, flight: Flight) -> None:
-        """Queue a flight (already back in the ledger) to be sent again."""
+    def resend(self, future: AckFuture) -> None:
+        """Queue a message (already back in the ledger, with its next flight) to be sent
+        again."""
         if not self._is_open():
             return
+        flight = future.flight
         self.resent += 1
-        self.outbox.append(flight)
+        self.outbox.append((future, flight))
         self._bytes += len(flight[DATA])
         self._wakeup.set()
 
-    async def _keep(self, flight: Flight) -> None:
-        """Queue a flight; wait (until its deadline) while the outbox is full."""
+    async def _keep(self, future: AckFuture, flight: Flight) -> None:
+        """Queue a message; wait (until its deadline) while the outbox is full."""
         size = len(flight[DATA])
         if self.outbox and self._bytes + size > self._max_bytes:
             self._prune()
@@ -159,29 +171,29 @@ class Sender:
                     raise TimeoutError
                 await asyncio.wait_for(self._room.wait(), left)
             except TimeoutError:
-                self._forget(flight)
+                self._forget(future, flight)
                 raise NotConnectedError(
                     "NATS is disconnected and the publisher's reconnect buffer "
                     f"({self._max_bytes} bytes) stayed full until the message's deadline; "
                     "publish again once NATS is back, or raise max_buffered_bytes"
                 ) from None
             if not self._is_open():
-                self._forget(flight)
+                self._forget(future, flight)
                 raise PublisherClosedError("the publisher closed while the message waited")
-        self.outbox.append(flight)
+        self.outbox.append((future, flight))
         self._bytes += size
         self._wakeup.set()
 
     def _prune(self) -> None:
-        """Drop flights that expired or were settled while they waited for NATS."""
-        live = [f for f in self.outbox if self.is_live(f)]
+        """Drop messages that expired or were settled while they waited for NATS."""
+        live = [(f, flight) for f, flight in self.outbox if self.is_live(f, flight)]
         self.outbox.clear()  # in place: the publisher holds a reference to this deque
         self.outbox.extend(live)
-        self._bytes = sum(len(f[DATA]) for f in live)
+        self._bytes = sum(len(flight[DATA]) for _, flight in live)
 
-    def _forget(self, flight: Flight) -> None:
+    def _forget(self, future: AckFuture, flight: Flight) -> None:
         # The message never left.
-        self._ledger.discard(flight[CID], flight[FUTURE])
+        self._ledger.discard(flight[CID], future)
 
     async def _run(self) -> None:
         transport = self._transport
@@ -203,26 +215,27 @@ class Sender:
                 if fast:
                     await self._write_out()
                     continue
-                flight = outbox.popleft()
+                entry = outbox.popleft()
+                future, flight = entry
                 self._bytes -= len(flight[DATA])
                 self._room.set()
-                if not self.is_live(flight):
+                if not self.is_live(future, flight):
                     continue
                 try:
                     sent = await transport.send(
                         flight[SUBJECT], flight[REPLY], flight[DATA], flight[CID]
                     )
                 except LiftbridgeError as exc:
-                    self._forget(flight)
-                    future = flight[FUTURE]
+                    self._forget(future, flight)
                     if not future.done():
                         future.set_exception(exc)
                     continue
                 if sent:
-                    self._sent(flight)
+                    if flight[ATTEMPT] < 0 and not future.done():
+                        future.set_result(None)  # AckPolicy.NONE: sent is done
                 else:
                     # Disconnected between the check and the send: keep it, in order.
-                    outbox.appendleft(flight)
+                    outbox.appendleft(entry)
                     self._bytes += len(flight[DATA])
                     await asyncio.sleep(_RECONNECT_POLL)
 
@@ -234,9 +247,11 @@ class Sender:
         live = self._ledger.get
         written = 0
         while outbox:
-            flight = outbox[0]
-            future = flight[FUTURE]
-            if future.done() or (flight[ATTEMPT] >= 0 and live(flight[CID]) is not flight):
+            future, flight = outbox[0]
+            if future.done() or (
+                flight[ATTEMPT] >= 0
+                and (live(flight[CID]) is not future or future.flight is not flight)
+            ):
                 outbox.popleft()  # settled, expired or cancelled while it waited
                 written += len(flight[DATA])
                 continue
@@ -274,17 +289,12 @@ class Sender:
         )
         self._outage = None
 
-    @staticmethod
-    def _sent(flight: Flight) -> None:
-        if flight[ATTEMPT] < 0 and not flight[FUTURE].done():
-            flight[FUTURE].set_result(None)  # AckPolicy.NONE: sent is done
-
     def _fail_all(self) -> None:
         while self.outbox:
-            flight = self.outbox.popleft()
-            self._forget(flight)
-            if not flight[FUTURE].done():
-                flight[FUTURE].set_exception(
+            future, flight = self.outbox.popleft()
+            self._forget(future, flight)
+            if not future.done():
+                future.set_exception(
                     NotConnectedError(
                         "the NATS connection was closed before the message could be sent"
                     )

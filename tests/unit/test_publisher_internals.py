@@ -19,21 +19,28 @@ from liftbridge_nats import (
     RetriedIncorrectOffsetError,
 )
 from liftbridge_nats._acks import AckListener
-from liftbridge_nats._inflight import CID, DEADLINE, FUTURE, AckFuture, Flight, InflightLedger
+from liftbridge_nats._inflight import ATTEMPT, CID, DEADLINE, AckFuture, InflightLedger
 from liftbridge_nats._memtransport import MemoryTransport
 from liftbridge_nats._proto import api_pb2
 from liftbridge_nats.envelope import MsgType, encode
 
 
-def _flight(loop: asyncio.AbstractEventLoop, cid: str, in_seconds: float) -> Flight:
+def _flight(
+    loop: asyncio.AbstractEventLoop, cid: str, in_seconds: float, attempt: int = 0
+) -> AckFuture:
+    """The future of a message in flight, carrying its flight."""
     deadline = loop.time() + in_seconds
-    return (AckFuture(loop=loop), cid, "subj", b"data", deadline, b"", deadline, 0)
+    future = AckFuture(loop=loop)
+    future.flight = (cid, "subj", b"data", deadline, b"", deadline, attempt)
+    return future
 
 
 async def test_ledger_expires_in_deadline_order_with_one_timer() -> None:
     loop = asyncio.get_running_loop()
     expired: list[str] = []
-    ledger = InflightLedger(loop, max_inflight=100, on_expired=lambda f: expired.append(f[CID]))
+    ledger = InflightLedger(
+        loop, max_inflight=100, on_expired=lambda f: expired.append(f.flight[CID])
+    )
     ledger.add(_flight(loop, "a", 0.05), True)
     ledger.add(_flight(loop, "b", 0.10), True)
     ledger.add(_flight(loop, "c", 0.03), False)  # its own, shorter timeout
@@ -43,7 +50,7 @@ async def test_ledger_expires_in_deadline_order_with_one_timer() -> None:
     assert expired == ["c", "a"]
     assert len(ledger) == 1 and "d" in ledger
     ledger.close()
-    assert [f[CID] for f in ledger.drain()] == ["d"]
+    assert [f.flight[CID] for f in ledger.drain()] == ["d"]
 
 
 async def test_ledger_settle_unknown_and_discard() -> None:
@@ -55,7 +62,7 @@ async def test_ledger_settle_unknown_and_discard() -> None:
     other = AckFuture(loop=loop)
     ledger.discard("x", other)  # not its future: kept
     assert "x" in ledger
-    ledger.discard("x", flight[FUTURE])
+    ledger.discard("x", flight)
     assert "x" not in ledger
     ledger.close()
 
@@ -117,7 +124,7 @@ async def test_acked_flights_behind_an_unacked_one_are_freed_at_once() -> None:
     ledger.add(_flight(loop, "slow-partition", 60), True)
     acked = _flight(loop, "fast-partition", 60)
     ledger.add(acked, True)
-    future = weakref.ref(acked[FUTURE])
+    future = weakref.ref(acked)
     settled = ledger.settle("fast-partition")
     assert settled is acked
     del acked, settled
@@ -127,7 +134,7 @@ async def test_acked_flights_behind_an_unacked_one_are_freed_at_once() -> None:
 
 
 async def test_a_resent_correlation_id_expires_by_its_new_deadline() -> None:
-    expired: list[Flight] = []
+    expired: list[AckFuture] = []
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=100, on_expired=expired.append)
     first = _flight(loop, "again", 0.01)
@@ -176,7 +183,7 @@ async def test_listener_settles_and_counts_everything_else() -> None:
     listener.handle(encode(MsgType.ACK, _ack_bytes("x")[8:], crc=True) + b"")  # CRC ack, unknown id
     listener.handle_status(listener.reply_prefix + "gone", "503")
     listener.handle_status(listener.reply_prefix + "whatever", "408")
-    ok = flights["ok"][FUTURE].result()
+    ok = flights["ok"].result()
     assert isinstance(ok, Ack) and ok.offset == 9 and ok.correlation_id == "ok"
     for cid, exc_type in [
         ("occ", IncorrectOffsetError),
@@ -185,7 +192,7 @@ async def test_listener_settles_and_counts_everything_else() -> None:
         ("unk", PublishRejectedError),
         ("gone", NoRespondersError),
     ]:
-        exc = flights[cid][FUTURE].exception()
+        exc = flights[cid].exception()
         assert type(exc) is exc_type, (cid, exc)
         assert exc.correlation_id == cid
     stats = listener.stats
@@ -204,10 +211,10 @@ async def test_listener_ignores_acks_for_cancelled_futures() -> None:
     listener = AckListener(MemoryTransport(), ledger)
     flight = _flight(loop, "c", 5)
     ledger.add(flight, True)
-    flight[FUTURE].cancel()
+    flight.cancel()
     listener.handle(_ack_bytes("c"))
     assert listener.stats.acks_unmatched == 1 and len(ledger) == 0
-    assert flight[DEADLINE] > 0
+    assert flight.flight[DEADLINE] > 0
     ledger.close()
 
 
@@ -215,14 +222,14 @@ async def test_listener_marks_refused_resent_copies() -> None:
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=10, on_expired=lambda f: None)
     listener = AckListener(MemoryTransport(), ledger)
-    first, resent = _flight(loop, "first", 5), _flight(loop, "again", 5)
-    resent = (*resent[:7], 1)  # attempt 1: a re-sent copy
+    first, resent = _flight(loop, "first", 5), _flight(loop, "again", 5, attempt=1)
+    assert resent.flight[ATTEMPT] == 1  # a re-sent copy
     ledger.add(first, True)
     ledger.add(resent, True)
     listener.handle(_ack_bytes("first", error=2))
     listener.handle(_ack_bytes("again", error=2))
-    assert type(first[FUTURE].exception()) is IncorrectOffsetError
-    exc = resent[FUTURE].exception()
+    assert type(first.exception()) is IncorrectOffsetError
+    exc = resent.exception()
     assert isinstance(exc, RetriedIncorrectOffsetError) and exc.retried
     ledger.close()
 

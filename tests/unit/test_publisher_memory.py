@@ -24,6 +24,7 @@ from liftbridge_nats import (
     Publisher,
     PublisherClosedError,
 )
+from liftbridge_nats._inflight import CID
 from liftbridge_nats._memtransport import MemoryTransport, Sent, auto_ack
 
 
@@ -200,7 +201,7 @@ async def test_closing_with_a_re_send_waiting_says_the_message_may_be_stored() -
     await pub.close(timeout=0)
     with pytest.raises(AckLostError, match="may or may not have been stored") as info:
         await future
-    assert info.value.maybe_stored and info.value.correlation_id == future.cid
+    assert info.value.maybe_stored and info.value.correlation_id == future.flight[CID]
 
 
 async def test_a_closed_connection_refuses_to_start_and_to_send() -> None:
