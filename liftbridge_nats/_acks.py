@@ -256,17 +256,18 @@ class AckListener:
         written out in one function.
         """
         if data.startswith(_PLAIN_ACK_HEADER):
-            # A bytes slice: upb parses bytes faster than a memoryview of them.
-            payload: bytes | memoryview = data[_HEADER_LEN:]
+            # A bytes slice: upb parses bytes faster than a memoryview of them, and the
+            # Ack keeps it to fill its fields from when they are read.
+            payload = data[_HEADER_LEN:]
         else:
             unwrapped = self._unwrap(data)
             if unwrapped is None:
                 return
-            payload = unwrapped
+            payload = bytes(unwrapped)
         try:
             # A fresh protobuf per ack (upb parses into a new message faster than into
-            # a reused one): it stays with the Ack, whose fields it fills when read.
-            pb = _parse_ack(payload)  # type: ignore[arg-type]  # any buffer works
+            # a reused one), dropped once the future is settled.
+            pb = _parse_ack(payload)
         except DecodeError:
             self._malformed += 1
             self._dropped()
@@ -281,7 +282,7 @@ class AckListener:
             self._settle_error(future, pb)
         else:
             self._matched += 1
-            future.set_result(ack_view(pb))
+            future.set_result(ack_view(payload))
 
     def _unwrap(self, data: bytes) -> memoryview | None:
         """The Ack payload of an envelope with a CRC or an unusual header; None (and
