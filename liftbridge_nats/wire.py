@@ -26,6 +26,7 @@ __all__ = [
     "PublishedMessage",
     "ack_from_proto",
     "ack_view",
+    "ack_view_from_bytes",
     "decode_ack",
     "decode_ack_payload",
     "decode_publish",
@@ -353,16 +354,16 @@ class _AckView(Ack):
 
     The publisher resolves a future with one for every ack: many callers never look
     at the ack, and filling its fields costs about as much as parsing the protobuf.
-    The protobuf's bytes wait in the first slot; the first access of any field (or
-    equality, hash, repr, pickling, copying) parses them, fills every slot and turns the
+    The protobuf (or its bytes) waits in the first slot; the first access of any field
+    (or equality, hash, repr, pickling, copying) fills every slot from it and turns the
     object into a plain :class:`Ack` (same layout, so ``__class__`` can change), which
     it then stays.
 
-    Bytes, not the parsed protobuf the listener already made: callers keep their acks
-    (``asyncio.gather`` holds all of a burst's until the last one), and a parsed
-    protobuf is one more object per ack for the garbage collector to scan, again and
-    again while they live; bytes are not scanned. A caller that reads the ack pays a
-    second parse (well under a microsecond) instead.
+    The publisher keeps the bytes, not the protobuf its ack listener parsed: callers
+    keep their acks (``asyncio.gather`` holds all of a burst's until the last one), and
+    a parsed protobuf is one more object per ack for the garbage collector to scan,
+    again and again while they live; bytes are not scanned. A caller that reads the ack
+    pays a second parse (well under a microsecond) instead.
     """
 
     __slots__ = ()
@@ -384,13 +385,14 @@ class _AckView(Ack):
         return self.__reduce_ex__(protocol)
 
 
-_get_payload = vars(Ack)["stream"].__get__  # the slot itself, under _AckView's property
+_get_source = vars(Ack)["stream"].__get__  # the slot itself, under _AckView's property
 _parse_ack = api_pb2.Ack.FromString
 
 
 def _materialize(view: Ack) -> None:
     if type(view) is _AckView:
-        pb = _parse_ack(_get_payload(view))
+        source = _get_source(view)
+        pb = _parse_ack(source) if type(source) is bytes else source
         _fill(view, pb, pb.correlationId, pb.ackInbox)
         object.__setattr__(view, "__class__", Ack)
 
@@ -407,10 +409,19 @@ for _name in Ack.__slots__:
     setattr(_AckView, _name, _field_reader(_name))
 
 
-def ack_view(payload: bytes) -> Ack:
-    """An :class:`Ack` for the serialized protobuf ``Ack`` in ``payload`` (which must
-    parse: the caller parsed it already), whose fields are read on first access; until
-    then only ``type()`` tells it from :func:`ack_from_proto`'s."""
+def ack_view(pb: api_pb2.Ack) -> Ack:
+    """An :class:`Ack` for ``pb`` (handed over for good: not to be parsed into again),
+    whose fields are read on first access; until then only ``type()`` tells it from
+    :func:`ack_from_proto`'s."""
+    view: Ack = _new_ack(_AckView)
+    _set_stream(view, pb)
+    return view
+
+
+def ack_view_from_bytes(payload: bytes) -> Ack:
+    """:func:`ack_view` for a serialized protobuf ``Ack`` that is known to parse (the
+    caller parsed it already): it is parsed again when a field is first read, and until
+    then the garbage collector has no protobuf object to scan."""
     view: Ack = _new_ack(_AckView)
     _set_stream(view, payload)
     return view

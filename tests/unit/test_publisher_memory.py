@@ -5,6 +5,7 @@ The integration and fault tests prove the same against real servers."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -24,7 +25,7 @@ from liftbridge_nats import (
     Publisher,
     PublisherClosedError,
 )
-from liftbridge_nats._inflight import CID
+from liftbridge_nats._inflight import CID, AckFuture
 from liftbridge_nats._memtransport import MemoryTransport, Sent, auto_ack
 
 
@@ -277,6 +278,33 @@ async def test_publish_works_with_await_gather_tasks_and_wait_for() -> None:
         assert _offset(await pending) == 4
         done, _ = await asyncio.wait([await pub.publish_async("s", b"f")], timeout=1)
         assert len(done) == 1
+
+
+async def test_a_gathered_burst_leaves_the_collector_only_its_futures_and_acks() -> None:
+    # A burst's futures and acks live until its gather returns, and CPython's collector
+    # scans every tracked object that lives, again at each collection: a message in
+    # flight may leave it its future only (the flight the future carries is not
+    # tracked), an ack only itself (it keeps its protobuf's bytes, not a parsed protobuf).
+    transport = MemoryTransport()
+    async with Publisher(transport) as pub:
+        calls = [pub.publish("s", b"v%d" % i, key=b"k", headers={"h": b"1"}) for i in range(1000)]
+        futures = [call for call in calls if isinstance(call, AckFuture)]
+        assert len(futures) == 1000
+        await asyncio.sleep(0)  # the transport delivers
+        gc.collect()
+        assert [f for f in futures if gc.is_tracked(f.flight)] == []
+        assert len(transport.delivered) == 1000
+        for sent in transport.delivered:
+            transport.ack(sent)
+        acks = await asyncio.gather(*calls)
+    gc.collect()
+    assert [
+        held
+        for ack in acks
+        for held in gc.get_referents(ack)
+        if gc.is_tracked(held) and not isinstance(held, type)
+    ] == []
+    assert _offsets(acks) == list(range(1000))
 
 
 async def test_cancelling_the_task_of_a_publish_forgets_the_message() -> None:

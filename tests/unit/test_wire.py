@@ -154,7 +154,8 @@ def test_an_acks_partition_is_read_from_its_subjects(
     assert wire.partition_of(stream_subject, message_subject) == partition
     pb = api_pb2.Ack(stream="s", partitionSubject=stream_subject, msgSubject=message_subject)
     assert wire.ack_from_proto(pb).partition == partition
-    assert wire.ack_view(pb.SerializeToString()).partition == partition
+    assert wire.ack_view(api_pb2.Ack.FromString(pb.SerializeToString())).partition == partition
+    assert wire.ack_view_from_bytes(pb.SerializeToString()).partition == partition
 
 
 def test_decode_ack_refuses_other_types_and_bad_payloads() -> None:
@@ -191,7 +192,8 @@ def test_random_ack_payloads_raise_only_envelope_error(payload: bytes) -> None:
                 decoder(data)
 
 
-def test_an_ack_view_is_the_same_ack_read_on_first_access() -> None:
+@pytest.mark.parametrize("from_bytes", [False, True], ids=["protobuf", "bytes"])
+def test_an_ack_view_is_the_same_ack_read_on_first_access(from_bytes: bool) -> None:
     import copy
     import dataclasses
     import pickle
@@ -213,7 +215,9 @@ def test_an_ack_view_is_the_same_ack_read_on_first_access() -> None:
     eager = wire.ack_from_proto(api_pb2.Ack.FromString(data))
 
     def view() -> Ack:
-        return wire.ack_view(data)
+        if from_bytes:
+            return wire.ack_view_from_bytes(data)
+        return wire.ack_view(api_pb2.Ack.FromString(data))
 
     assert isinstance(view(), Ack)
     assert view() == eager and eager == view() and hash(view()) == hash(eager)
