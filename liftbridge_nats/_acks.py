@@ -46,7 +46,7 @@ from ._log import RateLimitedLog, get_logger
 from ._proto import api_pb2
 from ._transport import InboxSubscription, NatsTransport, PublishTransport
 from .envelope import MsgType, decode, header
-from .wire import ack_view_from_bytes
+from .wire import ack_view
 
 __all__ = [
     "AckListener",
@@ -282,7 +282,7 @@ class AckListener:
             self._settle_error(future, pb)
         else:
             self._matched += 1
-            future.set_result(ack_view_from_bytes(payload))
+            future.set_result(ack_view(payload))
 
     def _unwrap(self, data: bytes) -> memoryview | None:
         """The Ack payload of an envelope with a CRC or an unusual header; None (and

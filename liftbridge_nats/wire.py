@@ -26,7 +26,6 @@ __all__ = [
     "PublishedMessage",
     "ack_from_proto",
     "ack_view",
-    "ack_view_from_bytes",
     "decode_ack",
     "decode_ack_payload",
     "decode_publish",
@@ -350,7 +349,7 @@ def _fill(ack: Ack, pb: api_pb2.Ack, correlation_id: str, ack_inbox: str) -> Non
 
 
 class _AckView(Ack):
-    """An :class:`Ack` whose fields are read from its serialized protobuf on first access.
+    """An :class:`Ack` whose fields are read from its protobuf (or its bytes) on first access.
 
     The publisher resolves a future with one for every ack: many callers never look
     at the ack, and filling its fields costs about as much as parsing the protobuf.
@@ -409,21 +408,14 @@ for _name in Ack.__slots__:
     setattr(_AckView, _name, _field_reader(_name))
 
 
-def ack_view(pb: api_pb2.Ack) -> Ack:
-    """An :class:`Ack` for ``pb`` (handed over for good: not to be parsed into again),
-    whose fields are read on first access; until then only ``type()`` tells it from
-    :func:`ack_from_proto`'s."""
+def ack_view(source: api_pb2.Ack | bytes) -> Ack:
+    """An :class:`Ack` for a parsed protobuf ``Ack`` (handed over for good: not to be
+    parsed into again) or its serialized bytes (which must parse: parse them first to
+    check), whose fields are read on first access; until then only ``type()`` tells it
+    from :func:`ack_from_proto`'s. Bytes are parsed again then, and until then the
+    garbage collector has no protobuf object to scan."""
     view: Ack = _new_ack(_AckView)
-    _set_stream(view, pb)
-    return view
-
-
-def ack_view_from_bytes(payload: bytes) -> Ack:
-    """:func:`ack_view` for a serialized protobuf ``Ack`` that is known to parse (the
-    caller parsed it already): it is parsed again when a field is first read, and until
-    then the garbage collector has no protobuf object to scan."""
-    view: Ack = _new_ack(_AckView)
-    _set_stream(view, payload)
+    _set_stream(view, source)
     return view
 
 

@@ -155,7 +155,7 @@ def test_an_acks_partition_is_read_from_its_subjects(
     pb = api_pb2.Ack(stream="s", partitionSubject=stream_subject, msgSubject=message_subject)
     assert wire.ack_from_proto(pb).partition == partition
     assert wire.ack_view(api_pb2.Ack.FromString(pb.SerializeToString())).partition == partition
-    assert wire.ack_view_from_bytes(pb.SerializeToString()).partition == partition
+    assert wire.ack_view(pb.SerializeToString()).partition == partition
 
 
 def test_decode_ack_refuses_other_types_and_bad_payloads() -> None:
@@ -216,7 +216,7 @@ def test_an_ack_view_is_the_same_ack_read_on_first_access(from_bytes: bool) -> N
 
     def view() -> Ack:
         if from_bytes:
-            return wire.ack_view_from_bytes(data)
+            return wire.ack_view(data)
         return wire.ack_view(api_pb2.Ack.FromString(data))
 
     assert isinstance(view(), Ack)
