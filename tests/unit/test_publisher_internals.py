@@ -19,13 +19,13 @@ from liftbridge_nats import (
     RetriedIncorrectOffsetError,
 )
 from liftbridge_nats._acks import AckListener
-from liftbridge_nats._inflight import ATTEMPT, CID, DEADLINE, AckFuture, InflightLedger
+from liftbridge_nats._inflight import CID, AckFuture, InflightLedger
 from liftbridge_nats._memtransport import MemoryTransport
 from liftbridge_nats._proto import api_pb2
 from liftbridge_nats.envelope import MsgType, encode
 
 
-def _flight(
+def _in_flight(
     loop: asyncio.AbstractEventLoop, cid: str, in_seconds: float, attempt: int = 0
 ) -> AckFuture:
     """The future of a message in flight, carrying its flight."""
@@ -41,10 +41,10 @@ async def test_ledger_expires_in_deadline_order_with_one_timer() -> None:
     ledger = InflightLedger(
         loop, max_inflight=100, on_expired=lambda f: expired.append(f.flight[CID])
     )
-    ledger.add(_flight(loop, "a", 0.05), True)
-    ledger.add(_flight(loop, "b", 0.10), True)
-    ledger.add(_flight(loop, "c", 0.03), False)  # its own, shorter timeout
-    ledger.add(_flight(loop, "d", 5.0), True)
+    ledger.add(_in_flight(loop, "a", 0.05), True)
+    ledger.add(_in_flight(loop, "b", 0.10), True)
+    ledger.add(_in_flight(loop, "c", 0.03), False)  # its own, shorter timeout
+    ledger.add(_in_flight(loop, "d", 5.0), True)
     assert ledger.settle("b") is not None
     await asyncio.sleep(0.2)
     assert expired == ["c", "a"]
@@ -56,13 +56,13 @@ async def test_ledger_expires_in_deadline_order_with_one_timer() -> None:
 async def test_ledger_settle_unknown_and_discard() -> None:
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=10, on_expired=lambda f: None)
-    flight = _flight(loop, "x", 5)
-    ledger.add(flight, True)
+    future = _in_flight(loop, "x", 5)
+    ledger.add(future, True)
     assert ledger.settle("nope") is None
     other = AckFuture(loop=loop)
     ledger.discard("x", other)  # not its future: kept
     assert "x" in ledger
-    ledger.discard("x", flight)
+    ledger.discard("x", future)
     assert "x" not in ledger
     ledger.close()
 
@@ -71,7 +71,7 @@ async def test_ledger_backpressure_waits_then_resumes() -> None:
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=4, on_expired=lambda f: None)
     for i in range(4):
-        ledger.add(_flight(loop, f"m{i}", 5), True)
+        ledger.add(_in_flight(loop, f"m{i}", 5), True)
     assert ledger.full and ledger.must_wait()
     waiter = asyncio.create_task(ledger.wait_for_room())
     await asyncio.sleep(0.01)
@@ -84,7 +84,7 @@ async def test_ledger_backpressure_waits_then_resumes() -> None:
 async def test_ledger_close_wakes_waiters_with_error() -> None:
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=1, on_expired=lambda f: None)
-    ledger.add(_flight(loop, "m", 5), True)
+    ledger.add(_in_flight(loop, "m", 5), True)
     waiter = asyncio.create_task(ledger.wait_for_room())
     await asyncio.sleep(0.01)
     ledger.close()
@@ -95,8 +95,8 @@ async def test_ledger_close_wakes_waiters_with_error() -> None:
 async def test_ledger_expiry_frees_room_for_waiters() -> None:
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=2, on_expired=lambda f: None)
-    ledger.add(_flight(loop, "a", 0.02), True)
-    ledger.add(_flight(loop, "b", 0.02), True)
+    ledger.add(_in_flight(loop, "a", 0.02), True)
+    ledger.add(_in_flight(loop, "b", 0.02), True)
     await asyncio.wait_for(ledger.wait_for_room(), 1)
     assert len(ledger) <= 1
     await asyncio.sleep(0.05)
@@ -107,9 +107,9 @@ async def test_ledger_expiry_frees_room_for_waiters() -> None:
 async def test_ledger_memory_stays_bounded_when_acks_come_out_of_order() -> None:
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=100, on_expired=lambda f: None)
-    ledger.add(_flight(loop, "stuck", 60), True)  # never acked: pins the deque head
+    ledger.add(_in_flight(loop, "stuck", 60), True)  # never acked: pins the deque head
     for i in range(50_000):
-        ledger.add(_flight(loop, f"m{i}", 60), True)
+        ledger.add(_in_flight(loop, f"m{i}", 60), True)
         ledger.settle(f"m{i}")
     assert len(ledger) == 1
     assert len(ledger._order) <= 4 * len(ledger) + 1024 + 1
@@ -121,8 +121,8 @@ async def test_acked_flights_behind_an_unacked_one_are_freed_at_once() -> None:
     # waits in the deque behind an unacked one must not stay alive (future, ack, data).
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=100, on_expired=lambda f: None)
-    ledger.add(_flight(loop, "slow-partition", 60), True)
-    acked = _flight(loop, "fast-partition", 60)
+    ledger.add(_in_flight(loop, "slow-partition", 60), True)
+    acked = _in_flight(loop, "fast-partition", 60)
     ledger.add(acked, True)
     future = weakref.ref(acked)
     settled = ledger.settle("fast-partition")
@@ -137,10 +137,10 @@ async def test_a_resent_correlation_id_expires_by_its_new_deadline() -> None:
     expired: list[AckFuture] = []
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=100, on_expired=expired.append)
-    first = _flight(loop, "again", 0.01)
+    first = _in_flight(loop, "again", 0.01)
     ledger.add(first, True)
     assert ledger.settle("again") is first
-    resent = _flight(loop, "again", 0.2)
+    resent = _in_flight(loop, "again", 0.2)
     ledger.add(resent, True)
     await asyncio.sleep(0.05)  # the first deadline passed: its mark is stale
     assert expired == []
@@ -166,8 +166,8 @@ async def test_listener_settles_and_counts_everything_else() -> None:
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=10, on_expired=lambda f: None)
     listener = AckListener(MemoryTransport(), ledger)
-    flights = {cid: _flight(loop, cid, 5) for cid in ["ok", "occ", "big", "enc", "unk", "gone"]}
-    for f in flights.values():
+    futures = {cid: _in_flight(loop, cid, 5) for cid in ["ok", "occ", "big", "enc", "unk", "gone"]}
+    for f in futures.values():
         ledger.add(f, True)
     listener.handle(_ack_bytes("ok", offset=9))
     listener.handle(_ack_bytes("ok"))  # a second stream on the same subject: unmatched
@@ -183,7 +183,7 @@ async def test_listener_settles_and_counts_everything_else() -> None:
     listener.handle(encode(MsgType.ACK, _ack_bytes("x")[8:], crc=True) + b"")  # CRC ack, unknown id
     listener.handle_status(listener.reply_prefix + "gone", "503")
     listener.handle_status(listener.reply_prefix + "whatever", "408")
-    ok = flights["ok"].result()
+    ok = futures["ok"].result()
     assert isinstance(ok, Ack) and ok.offset == 9 and ok.correlation_id == "ok"
     for cid, exc_type in [
         ("occ", IncorrectOffsetError),
@@ -192,7 +192,7 @@ async def test_listener_settles_and_counts_everything_else() -> None:
         ("unk", PublishRejectedError),
         ("gone", NoRespondersError),
     ]:
-        exc = flights[cid].exception()
+        exc = futures[cid].exception()
         assert type(exc) is exc_type, (cid, exc)
         assert exc.correlation_id == cid
     stats = listener.stats
@@ -209,12 +209,11 @@ async def test_listener_ignores_acks_for_cancelled_futures() -> None:
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=10, on_expired=lambda f: None)
     listener = AckListener(MemoryTransport(), ledger)
-    flight = _flight(loop, "c", 5)
-    ledger.add(flight, True)
-    flight.cancel()
+    future = _in_flight(loop, "c", 5)
+    ledger.add(future, True)
+    future.cancel()
     listener.handle(_ack_bytes("c"))
     assert listener.stats.acks_unmatched == 1 and len(ledger) == 0
-    assert flight.flight[DEADLINE] > 0
     ledger.close()
 
 
@@ -222,8 +221,8 @@ async def test_listener_marks_refused_resent_copies() -> None:
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=10, on_expired=lambda f: None)
     listener = AckListener(MemoryTransport(), ledger)
-    first, resent = _flight(loop, "first", 5), _flight(loop, "again", 5, attempt=1)
-    assert resent.flight[ATTEMPT] == 1  # a re-sent copy
+    first = _in_flight(loop, "first", 5)
+    resent = _in_flight(loop, "again", 5, attempt=1)  # a re-sent copy
     ledger.add(first, True)
     ledger.add(resent, True)
     listener.handle(_ack_bytes("first", error=2))
