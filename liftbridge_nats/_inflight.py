@@ -54,6 +54,7 @@ __all__ = [
     "PublishCall",
     "RoomWaiter",
     "future_factory",
+    "next_attempt",
 ]
 
 
@@ -70,6 +71,21 @@ DEADLINE: Final = 3
 REPLY: Final = 4
 FINAL: Final = 5
 ATTEMPT: Final = 6
+
+
+def next_attempt(flight: Flight, deadline: float) -> Flight:
+    """The flight of the message's next attempt: the same message and correlation id,
+    waiting for its ack until ``deadline`` (never past the whole publish's deadline)."""
+    final = flight[FINAL]
+    return (
+        flight[CID],
+        flight[SUBJECT],
+        flight[DATA],
+        min(final, deadline),
+        flight[REPLY],
+        final,
+        flight[ATTEMPT] + 1,
+    )
 
 
 class AckFuture(asyncio.Future[Ack | None]):

@@ -103,6 +103,7 @@ from ._inflight import (
     Flight,
     InflightLedger,
     future_factory,
+    next_attempt,
 )
 from ._log import RateLimitedLog, get_logger
 from ._messages import Ack, AckPolicy, K, V
@@ -1273,15 +1274,7 @@ class Publisher(Generic[V, K]):
         flight = future.flight
         now = self._time()
         if self._retry and now < flight[FINAL] and self._state == _OPEN:
-            again: Flight = (
-                flight[CID],
-                flight[SUBJECT],
-                flight[DATA],
-                min(flight[FINAL], now + self._ack_timeout),
-                flight[REPLY],
-                flight[FINAL],
-                flight[ATTEMPT] + 1,
-            )
+            again = next_attempt(flight, now + self._ack_timeout)
             future.flight = again
             self._live().ledger.add(future, False)
             self._resend(future)
@@ -1320,16 +1313,8 @@ class Publisher(Generic[V, K]):
         if self._retry and self._state == _OPEN:
             delay = min(_BACKOFF_MAX, _BACKOFF_FIRST * (2 ** flight[ATTEMPT]))
             if now + delay < flight[FINAL]:
-                again: Flight = (
-                    flight[CID],
-                    flight[SUBJECT],
-                    flight[DATA],
-                    # This attempt, too, waits ack_timeout for its ack once sent.
-                    min(flight[FINAL], now + delay + self._ack_timeout),
-                    flight[REPLY],
-                    flight[FINAL],
-                    flight[ATTEMPT] + 1,
-                )
+                # This attempt, too, waits ack_timeout for its ack once sent.
+                again = next_attempt(flight, now + delay + self._ack_timeout)
                 # Back in the ledger at once: the deadline keeps running meanwhile.
                 future.flight = again
                 session.ledger.add(future, False)

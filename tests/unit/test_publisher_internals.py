@@ -19,7 +19,7 @@ from liftbridge_nats import (
     RetriedIncorrectOffsetError,
 )
 from liftbridge_nats._acks import AckListener
-from liftbridge_nats._inflight import CID, AckFuture, InflightLedger
+from liftbridge_nats._inflight import CID, AckFuture, InflightLedger, next_attempt
 from liftbridge_nats._memtransport import MemoryTransport
 from liftbridge_nats._proto import api_pb2
 from liftbridge_nats.envelope import MsgType, encode
@@ -148,6 +148,22 @@ async def test_a_resent_correlation_id_expires_by_its_new_deadline() -> None:
     await asyncio.sleep(0.25)
     assert expired == [resent]
     ledger.close()
+
+
+def test_a_next_attempt_keeps_the_message_and_never_outlives_the_publish() -> None:
+    first = ("cid-1", "orders", b"envelope", 10.0, b"_INBOX.x.cid-1", 30.0, 0)
+    second = next_attempt(first, 20.0)
+    assert second == ("cid-1", "orders", b"envelope", 20.0, b"_INBOX.x.cid-1", 30.0, 1)
+    # An attempt's deadline past the whole publish's is cut to it.
+    assert next_attempt(second, 45.0) == (
+        "cid-1",
+        "orders",
+        b"envelope",
+        30.0,
+        b"_INBOX.x.cid-1",
+        30.0,
+        2,
+    )
 
 
 def _ack_bytes(cid: str, error: int = 0, offset: int = 3) -> bytes:
