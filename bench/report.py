@@ -618,8 +618,9 @@ def _machine_section(meta: Record) -> list[str]:
         lines.append(
             f"- Spark section: read of the subscribe stream's {s['subscribe_count']:,} "
             f"messages, sink of {s['spark_sink_count']:,} rows, scaling runs of "
-            f"{s['spark_scale_count']:,} rows; {s['spark_rounds']} alternating round(s), the "
-            "median round reported"
+            f"{s['spark_scale_count']:,} rows; the read and the sink first run once untimed "
+            f"(JVM warm-up), then {s['spark_rounds']} alternating round(s), the median round "
+            "reported"
         )
     if meta.get("note"):
         lines.append(f"- Note: {meta['note']}")
@@ -980,7 +981,10 @@ def _spark_table(cases: list[Record]) -> list[str]:
         "Read: one task reads the whole partition into Spark's `noop` sink; its rate is "
         "rows over the task's run time as Spark reports it (no job scheduling). Sink: "
         '`df.write.format("liftbridge")` from a `local[2]` session, two tasks, ALL acks, '
-        "two partitions, against one Python Publisher with `publish_async`. Scaling: a "
+        "two partitions, against one Python Publisher with `publish_async`. The read and "
+        "the sink each run once, untimed, before the rounds: the JVM compiles its hot "
+        "paths over its first rows, and a cold first round ran 0.6-0.75x the later ones. "
+        "Scaling: a "
         "standalone cluster (master and workers as processes, one core per worker) with "
         "one worker and with two, in alternating rounds, reading a 4-partition stream "
         "and writing it to another. CPU "
