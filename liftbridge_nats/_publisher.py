@@ -22,7 +22,7 @@ re-sends); :class:`~liftbridge_nats.wire.PublishEncoder` builds the envelopes;
 network): over nats-py in production (its private parts confined to
 :mod:`._natscompat`), in memory in unit tests. A started publisher holds them in one
 session object, built whole by :meth:`Publisher.start`. The hot path of
-``publish_async`` is one envelope formatting call, one future, one tuple, one dict
+``publish_async`` is one join of the envelope's pieces, one future, one tuple, one dict
 entry and one append to nats-py's outgoing buffer: no timer, no task and no
 ``wait_for`` per message (one ``loop.call_at`` timer serves every deadline). When that
 buffer is over nats-py's pending limit, messages wait in order in the sender's bounded
