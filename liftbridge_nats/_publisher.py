@@ -1339,7 +1339,7 @@ class Publisher(Generic[V, K]):
     def _resend_later(self, future: AckFuture, flight: Flight) -> None:
         session = self._live()
         session.timers.pop(flight[CID], None)
-        if session.ledger.get(flight[CID]) is future and future.flight is flight:
+        if session.sender.is_live(future, flight):  # not settled, expired or sent again
             self._resend(future)
 
     # ------------------------------------------------------------------ streams
