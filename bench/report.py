@@ -720,8 +720,9 @@ def _latency_table(cases: list[Record]) -> list[str]:
         "",
         "### Ack latency at fixed offered load (ms, from each message's scheduled send time)",
         "",
-        "LEADER acks, 1 partition, RF 1; ours and bare alternate in rounds (pooled) so that "
-        "both see the same background load. Sends are scheduled at a fixed rate and every "
+        "LEADER acks, 1 partition, RF 1; ours and bare alternate in rounds (pooled) on one "
+        "stream, so that both see the same background load and the same partition leader. "
+        "Sends are scheduled at a fixed rate and every "
         "latency is measured from the scheduled time, so a stall that delays sending "
         "counts against the client (no coordinated omission).",
         "",
@@ -984,7 +985,9 @@ def _spark_table(cases: list[Record]) -> list[str]:
         "two partitions, against one Python Publisher with `publish_async`. The read and "
         "the sink each run once, untimed, before the rounds: the JVM compiles its hot "
         "paths over its first rows, and a cold first round ran 0.6-0.75x the later ones. "
-        "Scaling: a "
+        "Every write goes to a new stream, deleted after its round, so that every write's "
+        "partitions get the same brokers (Liftbridge places a new partition on the broker "
+        "that holds the fewest). Scaling: a "
         "standalone cluster (master and workers as processes, one core per worker) with "
         "one worker and with two, in alternating rounds, reading a 4-partition stream "
         "and writing it to another. CPU "

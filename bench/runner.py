@@ -332,17 +332,20 @@ class Runner:
     async def run_latency(self, cases: list[Case], index: int) -> dict[str, dict[str, Any]]:
         """Run the clients of one latency configuration in alternating rounds, pooled.
 
-        Each round every client runs ``latency_seconds / latency_rounds`` seconds on its
-        own stream; percentiles are taken over all rounds' samples together.
+        Each round every client runs ``latency_seconds / latency_rounds`` seconds;
+        percentiles are taken over all rounds' samples together. The clients share one
+        stream: Liftbridge gives a new partition to the broker that leads the fewest, so
+        streams that live side by side get different leaders, and each client would be
+        timed against its own broker.
         """
         rounds = max(1, self.settings.latency_rounds)
         samples: dict[str, list[int]] = {c.id: [] for c in cases}
         per_round: dict[str, list[dict[str, Any]]] = {c.id: [] for c in cases}
         errors: dict[str, str] = {}
-        names = {c.id: f"{self._name(c, index)}-{i}" for i, c in enumerate(cases)}
+        shared = self._name(cases[0], index)
+        names = {c.id: shared for c in cases}
         try:
-            for c in cases:
-                await self.streams.create(names[c.id], 1, 1)
+            await self.streams.create(shared, 1, 1)
             for r in range(rounds):
                 for c in cases if r % 2 == 0 else list(reversed(cases)):
                     if c.id in errors:
@@ -370,8 +373,7 @@ class Runner:
             for c in cases:
                 errors.setdefault(c.id, f"{exc.__class__.__name__}: {exc}")
         finally:
-            for name in names.values():
-                await self.streams.delete(name)
+            await self.streams.delete(shared)
         out: dict[str, dict[str, Any]] = {}
         for c in cases:
             if c.id in errors:

@@ -264,25 +264,48 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-@contextmanager
-def _streams(brokers: list[str], partitions: int) -> Iterator[Callable[[], str]]:
-    """Fresh streams on demand, deleted afterwards."""
-    made: list[str] = []
+class _Streams:
+    """Fresh streams on demand, each deleted when its round is done (the rest at the end).
 
-    def new() -> str:
+    Liftbridge gives a new partition to the broker that holds the fewest, so streams
+    left alive would push each round's stream onto other brokers than the last one's:
+    deleted at once, every round's stream gets the same brokers.
+    """
+
+    def __init__(self, brokers: list[str], partitions: int) -> None:
+        self._brokers = brokers
+        self._partitions = partitions
+        self._made: list[str] = []
+
+    def new(self) -> str:
         name = f"bench-spark-{uuid.uuid4().hex[:10]}"
-        asyncio.run(_create(brokers, name, partitions))
-        made.append(name)
+        asyncio.run(_create(self._brokers, name, self._partitions))
+        self._made.append(name)
         return name
 
+    def release(self, name: str) -> None:
+        self._made.remove(name)
+        self._drop(name)
+
+    def close(self) -> None:
+        while self._made:
+            self._drop(self._made.pop())
+
+    def _drop(self, name: str) -> None:
+        try:
+            asyncio.run(_delete(self._brokers, name))
+        except Exception as exc:  # a leftover stream only costs disk
+            print(f"could not delete {name}: {exc}", file=sys.stderr)
+
+
+@contextmanager
+def _streams(brokers: list[str], partitions: int) -> Iterator[_Streams]:
+    """A :class:`_Streams` whose streams are all gone afterwards."""
+    made = _Streams(brokers, partitions)
     try:
-        yield new
+        yield made
     finally:
-        for name in made:
-            try:
-                asyncio.run(_delete(brokers, name))
-            except Exception as exc:  # a leftover stream only costs disk
-                print(f"could not delete {name}: {exc}", file=sys.stderr)
+        made.close()
 
 
 def measure_local(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -303,8 +326,10 @@ def measure_local(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "overwrite"
         ).save()
         df = _values(spark, sink_rows, size, tasks=2)
-        with _streams(brokers, SINK_PARTITIONS) as new_stream:
-            _write(df, nats_url, brokers, new_stream())
+        with _streams(brokers, SINK_PARTITIONS) as streams:
+            target = streams.new()
+            _write(df, nats_url, brokers, target)
+            streams.release(target)
             for r in range(rounds):
                 order = [READ, READ_PEER, SINK, SINK_PEER]
                 for client in order if r % 2 == 0 else order[::-1]:
@@ -324,16 +349,18 @@ def measure_local(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
                             got = asyncio.run(_subscribe(brokers, spec["read_stream"], read_rows))
                         res = meter.result(got)
                     elif client == SINK:
-                        target = new_stream()
+                        target = streams.new()
                         with meter:
                             _write(df, nats_url, brokers, target)
+                        streams.release(target)
                         res = meter.result(sink_rows, tasks=2)
                     else:
-                        target = new_stream()
+                        target = streams.new()
                         with meter:
                             asyncio.run(
                                 _publish(nats_url, target, SINK_PARTITIONS, sink_rows, size)
                             )
+                        streams.release(target)
                         res = meter.result(sink_rows)
                     runs[client].append(res)
         df.unpersist()
@@ -375,8 +402,8 @@ def measure_scaling(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
             return [os.getpid(), *cluster.pids()]
 
         try:
-            with _streams(brokers, SCALE_PARTITIONS) as new_stream:
-                source = new_stream()
+            with _streams(brokers, SCALE_PARTITIONS) as streams:
+                source = streams.new()
                 asyncio.run(_publish(nats_url, source, SCALE_PARTITIONS, rows, size))
                 df = None
                 for _r in range(spec["scale_rounds"]):
@@ -397,10 +424,11 @@ def measure_scaling(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
                         runs[name].append(meter.result(rows, executors=workers))
                         if df is None:
                             df = _values(spark, rows, size, tasks=SCALE_PARTITIONS)
-                        target = new_stream()
+                        target = streams.new()
                         meter = Meter(daemons)
                         with meter:
                             _write(df, nats_url, brokers, target)
+                        streams.release(target)
                         name = SCALE_SINK_1 if workers == 1 else SCALE_SINK_2
                         runs[name].append(meter.result(rows, executors=workers))
         finally:
