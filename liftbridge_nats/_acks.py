@@ -282,6 +282,9 @@ class AckListener:
             self._settle_error(future, pb)
         else:
             self._matched += 1
+            # Acked: the message's bytes are no longer needed, while its future may be
+            # kept for long (gathered with thousands of others, say).
+            del future.flight
             future.set_result(ack_view(payload))
 
     def _unwrap(self, data: bytes) -> memoryview | None:

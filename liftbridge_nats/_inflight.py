@@ -24,7 +24,9 @@ Built for the hot path of pipelined publishing:
 The encoded bytes of every in-flight message stay in its flight, so a later caller can
 re-send it unchanged (same correlation id) after a reconnect or a timeout. A re-send is
 a new flight on the same future (the next attempt, with its own deadline); whatever
-still holds the old flight can tell it is stale (``future.flight is not flight``).
+still holds the old flight can tell it is stale (``future.flight is not flight``). An
+acked future lets go of its flight: callers often keep futures (a list of a whole
+batch's, gathered at its end), and the messages' bytes are not theirs to keep.
 """
 
 from __future__ import annotations
@@ -89,9 +91,10 @@ def next_attempt(flight: Flight, deadline: float) -> Flight:
 
 
 class AckFuture(asyncio.Future[Ack | None]):
-    """The future of one message's ack, carrying the message's current ``flight``.
-    Cancelling it forgets the message; failing it counts the error's class in ``failed``
-    (both class attributes of the publisher's own subclass, see :func:`future_factory`)."""
+    """The future of one message's ack, carrying the message's current ``flight`` until
+    the ack arrives. Cancelling it forgets the message; failing it counts the error's
+    class in ``failed`` (both class attributes of the publisher's own subclass, see
+    :func:`future_factory`)."""
 
     __slots__ = ("flight",)
 

@@ -307,6 +307,37 @@ async def test_a_gathered_burst_leaves_the_collector_only_its_futures_and_acks()
     assert _offsets(acks) == list(range(1000))
 
 
+async def test_an_acked_future_lets_go_of_its_message() -> None:
+    # Callers keep futures (a batch's, gathered at its end): once acked, a future must
+    # not keep its message's encoded bytes alive, only its ack.
+    value = b"x" * 4096
+    transport = MemoryTransport()
+
+    def envelopes_held(futures: list[Any]) -> int:
+        return sum(
+            1
+            for future in futures
+            for flight in gc.get_referents(future)
+            if type(flight) is tuple
+            for held in flight
+            if type(held) is bytes and len(held) > len(value)
+        )
+
+    async with Publisher(transport) as pub:
+        futures = [await pub.publish_async("s", value) for _ in range(10)]
+        await asyncio.sleep(0)  # the transport delivers
+        assert envelopes_held(futures) == 10  # in flight: kept, for a re-send
+        for sent in transport.delivered[:6]:
+            transport.ack(sent)
+        await asyncio.sleep(0)
+        assert envelopes_held(futures) == 4
+        for sent in transport.delivered[6:]:
+            transport.ack(sent)
+        acks = await asyncio.gather(*futures)
+        assert envelopes_held(futures) == 0
+    assert _offsets(acks) == list(range(10))
+
+
 async def test_cancelling_the_task_of_a_publish_forgets_the_message() -> None:
     transport = MemoryTransport()
     async with Publisher(transport) as pub:
