@@ -343,7 +343,6 @@ class Runner:
         per_round: dict[str, list[dict[str, Any]]] = {c.id: [] for c in cases}
         errors: dict[str, str] = {}
         shared = self._name(cases[0], index)
-        names = {c.id: shared for c in cases}
         try:
             await self.streams.create(shared, 1, 1)
             for r in range(rounds):
@@ -353,8 +352,8 @@ class Runner:
                     spec = {
                         "nats_url": self.nats_url,
                         "brokers": self.brokers,
-                        "stream": names[c.id],
-                        "subject": names[c.id],
+                        "stream": shared,
+                        "subject": shared,
                         "size": c.size,
                         "ack": c.ack,
                         "partitions": 1,
