@@ -10,16 +10,13 @@ Built for the hot path of pipelined publishing:
   collection: a burst of thousands of messages waiting for their acks leaves the
   collector one object per message to scan again and again (the future), not two;
 * deadlines need no per-message timer: flights published with the publisher's default
-  timeout are marked in a deque in deadline order, and one ``loop.call_at`` timer,
-  armed for the oldest live deadline, expires them in batches. Flights with their own
-  timeout go to a small heap instead, since they may be due before older ones;
-* acked flights are dropped from the head of the deque as they are settled (acks come
-  in publishing order per partition) and the deque is compacted when stale entries pile
-  up, so memory stays proportional to ``max_inflight``. The deque holds deadlines and
-  correlation ids (two deques side by side), not the flights: when acks of several
-  partitions interleave, acked messages' entries wait in the deque, and floats and
-  strings keep neither the future nor its ack alive; nor does the garbage collector
-  track them (a tuple per message would add to every young collection).
+  timeout enter the dict in deadline order (a dict keeps insertion order), so the dict
+  is their deadline queue, and one ``loop.call_at`` timer, armed for the oldest live
+  deadline, expires them in batches by walking the dict from its start. Flights with
+  their own timeout (or a re-sent attempt's) go to a small heap as well, since they may
+  be due before older ones; the walk skips them. An ack removes its message in one dict
+  operation, whichever partition it comes from: acks of several partitions interleave,
+  and no queue beside the dict has to be cleaned up after them.
 
 The encoded bytes of every in-flight message stay in its flight, so a later caller can
 re-send it unchanged (same correlation id) after a reconnect or a timeout. A re-send is
@@ -190,9 +187,10 @@ _Mark = tuple[float, str]
 # Timer resolution: a deadline may fire up to this late; in exchange a steady stream of
 # expiring messages costs one timer callback per tick, not one per message.
 _TICK = 0.005
-# Compact the deadline deque when it holds this many times more entries than are live.
-_STALE_FACTOR = 4
-_STALE_SLACK = 1024
+
+
+def _deadline_of(future: AckFuture) -> float:
+    return future.flight[DEADLINE]
 
 
 class InflightLedger:
@@ -213,10 +211,9 @@ class InflightLedger:
         "_loop",
         "_low_water",
         "_on_expired",
-        "_order",
-        "_order_cids",
         "_timer",
         "_timer_at",
+        "_unordered",
         "_waiters",
     )
 
@@ -233,10 +230,10 @@ class InflightLedger:
         # slot: a full pipeline then refills in bursts, one wake-up per many acks.
         self._low_water = max_inflight - max(1, max_inflight // 4)
         self._on_expired = on_expired
+        # In insertion order, which is deadline order for the flights not in the heap.
         self._entries: dict[str, AckFuture] = {}
-        # Deadlines in order, and beside each its correlation id.
-        self._order: deque[float] = deque()
-        self._order_cids: deque[str] = deque()
+        # The correlation ids of the flights whose deadlines are in the heap.
+        self._unordered: set[str] = set()
         self._heap: list[_Mark] = []
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
@@ -292,21 +289,17 @@ class InflightLedger:
     # ------------------------------------------------------------------ hot path
 
     def add(self, future: AckFuture, ordered: bool = True) -> None:
-        """Record ``future`` under its flight's correlation id, until its flight's
-        deadline. ``ordered`` says that deadline is not earlier than any deadline added
-        before with ``ordered`` (true for the publisher's default timeout).
+        """Record ``future`` under its flight's correlation id (not in the ledger now),
+        until its flight's deadline. ``ordered`` says that deadline is not earlier than
+        any deadline added before with ``ordered`` (true for the publisher's default
+        timeout).
         """
         flight = future.flight
         cid = flight[CID]
         deadline = flight[DEADLINE]
         self._entries[cid] = future
-        if ordered:
-            order = self._order
-            order.append(deadline)
-            self._order_cids.append(cid)
-            if len(order) > _STALE_FACTOR * len(self._entries) + _STALE_SLACK:
-                self._compact()
-        else:
+        if not ordered:
+            self._unordered.add(cid)
             heapq.heappush(self._heap, (deadline, cid))
         if self._timer is None or deadline < self._timer_at:
             self._arm()
@@ -316,10 +309,8 @@ class InflightLedger:
         future = self._entries.pop(correlation_id, None)
         if future is None:
             return None
-        cids = self._order_cids
-        if cids and cids[0] == correlation_id:
-            cids.popleft()
-            self._order.popleft()
+        if self._unordered:
+            self._unordered.discard(correlation_id)
         if self._waiters and len(self._entries) <= self._low_water:
             self._wake_all_that_fit()
         return future
@@ -330,6 +321,7 @@ class InflightLedger:
         current = self._entries.get(correlation_id)
         if current is not None and (future is None or current is future):
             del self._entries[correlation_id]
+            self._unordered.discard(correlation_id)
             if self._waiters:
                 self._wake_all_that_fit()
 
@@ -428,45 +420,51 @@ class InflightLedger:
         self._timer = self._loop.call_at(when, self._on_timer)
 
     def _next_deadline(self) -> float | None:
-        order = self._order
-        cids = self._order_cids
-        # Drop settled flights from the head so the timer aims at a live deadline.
-        while order and not self._is_live(order[0], cids[0]):
-            order.popleft()
-            cids.popleft()
+        when = None
+        unordered = self._unordered
+        if len(unordered) < len(self._entries):
+            # The oldest flight not in the heap: the first one of the dict's order.
+            for cid, future in self._entries.items():
+                if cid not in unordered:
+                    when = future.flight[DEADLINE]
+                    break
         heap = self._heap
+        # Drop settled and re-sent flights' marks so the timer aims at a live deadline.
         while heap and not self._is_live(*heap[0]):
             heapq.heappop(heap)
-        candidates = []
-        if order:
-            candidates.append(order[0])
-        if heap:
-            candidates.append(heap[0][0])
-        return min(candidates) if candidates else None
+        if heap and (when is None or heap[0][0] < when):
+            when = heap[0][0]
+        return when
 
     def _on_timer(self) -> None:
         self._timer = None
         now = self._loop.time()
         entries = self._entries
+        unordered = self._unordered
         expired: list[AckFuture] = []
-        order = self._order
-        cids = self._order_cids
-        while order and order[0] <= now:
-            deadline = order.popleft()
-            cid = cids.popleft()
-            future = entries.get(cid)
-            if future is not None and future.flight[DEADLINE] == deadline:
-                del entries[cid]
+        if len(unordered) < len(entries):
+            for cid, future in entries.items():
+                if cid in unordered:
+                    continue
+                if future.flight[DEADLINE] > now:
+                    break
                 expired.append(future)
+            for due in expired:
+                del entries[due.flight[CID]]
         heap = self._heap
+        ordered = len(expired)
         while heap and heap[0][0] <= now:
             deadline, cid = heapq.heappop(heap)
-            future = entries.get(cid)
-            if future is not None and future.flight[DEADLINE] == deadline:
+            marked = entries.get(cid)
+            if marked is not None and marked.flight[DEADLINE] == deadline:
                 del entries[cid]
-                expired.append(future)
-        for future in expired:
-            self._on_expired(future)
+                unordered.discard(cid)
+                expired.append(marked)
+        if 0 < ordered < len(expired):
+            # A late timer found both kinds due: they go in deadline order all the same.
+            expired.sort(key=_deadline_of)
+        for due in expired:
+            self._on_expired(due)
         if self._waiters:
             self._wake_all_that_fit()
         self._arm()
@@ -475,22 +473,6 @@ class InflightLedger:
         # A correlation id sent again (a retry) is entered anew with its new deadline.
         future = self._entries.get(correlation_id)
         return future is not None and future.flight[DEADLINE] == deadline
-
-    def _compact(self) -> None:
-        entries = self._entries
-        order: deque[float] = deque()
-        cids: deque[str] = deque()
-        keep_deadline = order.append
-        keep_cid = cids.append
-        # Inline (no call per entry): with interleaved partitions this runs every few
-        # max_inflight messages over up to four times as many entries.
-        for deadline, cid in zip(self._order, self._order_cids, strict=True):
-            future = entries.get(cid)
-            if future is not None and future.flight[DEADLINE] == deadline:
-                keep_deadline(deadline)
-                keep_cid(cid)
-        self._order = order
-        self._order_cids = cids
 
     # ------------------------------------------------------------------ shutdown
 
@@ -518,8 +500,7 @@ class InflightLedger:
         """Remove and return every future (used by close to fail what is left)."""
         futures = list(self._entries.values())
         self._entries.clear()
-        self._order.clear()
-        self._order_cids.clear()
+        self._unordered.clear()
         self._heap.clear()
         return futures
 

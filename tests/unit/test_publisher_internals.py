@@ -4,6 +4,7 @@ handling of whatever arrives on its inbox, without servers (sans-IO parts)."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import weakref
 
 import pytest
@@ -107,29 +108,76 @@ async def test_ledger_expiry_frees_room_for_waiters() -> None:
 async def test_ledger_memory_stays_bounded_when_acks_come_out_of_order() -> None:
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=100, on_expired=lambda f: None)
-    ledger.add(_in_flight(loop, "stuck", 60), True)  # never acked: pins the deque head
+    ledger.add(_in_flight(loop, "stuck", 60), True)  # never acked: the oldest throughout
     for i in range(50_000):
         ledger.add(_in_flight(loop, f"m{i}", 60), True)
         ledger.settle(f"m{i}")
     assert len(ledger) == 1
-    assert len(ledger._order) <= 4 * len(ledger) + 1024 + 1
+    # Nothing is kept per settled message: the dict is as small as one of 100 entries.
+    assert sys.getsizeof(ledger._entries) <= sys.getsizeof({str(i): i for i in range(100)})
+    assert not ledger._heap and not ledger._unordered
     ledger.close()
 
 
 async def test_acked_flights_behind_an_unacked_one_are_freed_at_once() -> None:
-    # Acks of several partitions interleave: an acked message whose deadline mark still
-    # waits in the deque behind an unacked one must not stay alive (future, ack, data).
+    # Acks of several partitions interleave: an acked message published after an
+    # unacked one must not stay alive (future, ack, data), and the unacked one still
+    # expires at its deadline.
     loop = asyncio.get_running_loop()
-    ledger = InflightLedger(loop, max_inflight=100, on_expired=lambda f: None)
-    ledger.add(_in_flight(loop, "slow-partition", 60), True)
-    acked = _in_flight(loop, "fast-partition", 60)
+    expired: list[str] = []
+    ledger = InflightLedger(
+        loop, max_inflight=100, on_expired=lambda f: expired.append(f.flight[CID])
+    )
+    ledger.add(_in_flight(loop, "slow-partition", 0.05), True)
+    acked = _in_flight(loop, "fast-partition", 0.06)
     ledger.add(acked, True)
     future = weakref.ref(acked)
     settled = ledger.settle("fast-partition")
     assert settled is acked
     del acked, settled
     assert future() is None
-    assert len(ledger._order) == 2  # its deadline stays queued until the head moves on
+    await asyncio.sleep(0.15)
+    assert expired == ["slow-partition"]
+    assert len(ledger) == 0
+    ledger.close()
+
+
+async def test_a_long_own_timeout_does_not_hold_back_older_deadlines() -> None:
+    # A flight with a timeout of its own goes before default-timeout flights in the
+    # ledger's order; theirs expire on time all the same, and it expires on its own.
+    loop = asyncio.get_running_loop()
+    expired: list[str] = []
+    ledger = InflightLedger(
+        loop, max_inflight=100, on_expired=lambda f: expired.append(f.flight[CID])
+    )
+    ledger.add(_in_flight(loop, "own-long", 0.3), False)
+    ledger.add(_in_flight(loop, "a", 0.03), True)
+    ledger.add(_in_flight(loop, "own-short", 0.01), False)
+    ledger.add(_in_flight(loop, "b", 0.05), True)
+    ledger.add(_in_flight(loop, "c", 5.0), True)
+    await asyncio.sleep(0.15)
+    assert expired == ["own-short", "a", "b"]
+    assert "own-long" in ledger and "c" in ledger
+    await asyncio.sleep(0.25)
+    assert expired == ["own-short", "a", "b", "own-long"]
+    assert ledger.settle("own-long") is None and ledger.settle("c") is not None
+    assert not ledger._unordered
+    ledger.close()
+
+
+async def test_flights_found_due_together_expire_in_deadline_order() -> None:
+    # A timer that fires late (a busy loop) finds both kinds due at once.
+    loop = asyncio.get_running_loop()
+    expired: list[str] = []
+    ledger = InflightLedger(
+        loop, max_inflight=100, on_expired=lambda f: expired.append(f.flight[CID])
+    )
+    ledger.add(_in_flight(loop, "a", -0.020), True)
+    ledger.add(_in_flight(loop, "own-1", -0.030), False)
+    ledger.add(_in_flight(loop, "b", -0.010), True)
+    ledger.add(_in_flight(loop, "own-2", -0.015), False)
+    await asyncio.sleep(0.05)
+    assert expired == ["own-1", "a", "own-2", "b"]
     ledger.close()
 
 
