@@ -36,12 +36,20 @@ def _in_flight(
     return future
 
 
-async def test_ledger_expires_in_deadline_order_with_one_timer() -> None:
-    loop = asyncio.get_running_loop()
+def _expiry_recording_ledger(
+    loop: asyncio.AbstractEventLoop,
+) -> tuple[InflightLedger, list[str]]:
+    """A ledger of 100, and the correlation ids it expires, in the order it expires them."""
     expired: list[str] = []
     ledger = InflightLedger(
         loop, max_inflight=100, on_expired=lambda f: expired.append(f.flight[CID])
     )
+    return ledger, expired
+
+
+async def test_ledger_expires_in_deadline_order_with_one_timer() -> None:
+    loop = asyncio.get_running_loop()
+    ledger, expired = _expiry_recording_ledger(loop)
     ledger.add(_in_flight(loop, "a", 0.05), True)
     ledger.add(_in_flight(loop, "b", 0.10), True)
     ledger.add(_in_flight(loop, "c", 0.03), False)  # its own, shorter timeout
@@ -124,10 +132,7 @@ async def test_acked_flights_behind_an_unacked_one_are_freed_at_once() -> None:
     # unacked one must not stay alive (future, ack, data), and the unacked one still
     # expires at its deadline.
     loop = asyncio.get_running_loop()
-    expired: list[str] = []
-    ledger = InflightLedger(
-        loop, max_inflight=100, on_expired=lambda f: expired.append(f.flight[CID])
-    )
+    ledger, expired = _expiry_recording_ledger(loop)
     ledger.add(_in_flight(loop, "slow-partition", 0.05), True)
     acked = _in_flight(loop, "fast-partition", 0.06)
     ledger.add(acked, True)
@@ -146,10 +151,7 @@ async def test_a_long_own_timeout_does_not_hold_back_older_deadlines() -> None:
     # A flight with a timeout of its own goes before default-timeout flights in the
     # ledger's order; theirs expire on time all the same, and it expires on its own.
     loop = asyncio.get_running_loop()
-    expired: list[str] = []
-    ledger = InflightLedger(
-        loop, max_inflight=100, on_expired=lambda f: expired.append(f.flight[CID])
-    )
+    ledger, expired = _expiry_recording_ledger(loop)
     ledger.add(_in_flight(loop, "own-long", 0.3), False)
     ledger.add(_in_flight(loop, "a", 0.03), True)
     ledger.add(_in_flight(loop, "own-short", 0.01), False)
@@ -168,10 +170,7 @@ async def test_a_long_own_timeout_does_not_hold_back_older_deadlines() -> None:
 async def test_flights_found_due_together_expire_in_deadline_order() -> None:
     # A timer that fires late (a busy loop) finds both kinds due at once.
     loop = asyncio.get_running_loop()
-    expired: list[str] = []
-    ledger = InflightLedger(
-        loop, max_inflight=100, on_expired=lambda f: expired.append(f.flight[CID])
-    )
+    ledger, expired = _expiry_recording_ledger(loop)
     ledger.add(_in_flight(loop, "a", -0.020), True)
     ledger.add(_in_flight(loop, "own-1", -0.030), False)
     ledger.add(_in_flight(loop, "b", -0.010), True)
