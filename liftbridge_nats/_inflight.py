@@ -21,14 +21,15 @@ Built for the hot path of pipelined publishing:
 The encoded bytes of every in-flight message stay in its flight, so a later caller can
 re-send it unchanged (same correlation id) after a reconnect or a timeout. A re-send is
 a new flight on the same future (the next attempt, with its own deadline); whatever
-still holds the old flight can tell it is stale (``future.flight is not flight``). An
-acked future lets go of its flight: callers often keep futures (a list of a whole
+still holds the old flight can tell it is stale (``future.flight is not flight``). A
+settled future (acked or failed) lets go of its flight: callers often keep futures (a list of a whole
 batch's, gathered at its end), and the messages' bytes are not theirs to keep.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import heapq
 from collections import deque
@@ -89,7 +90,7 @@ def next_attempt(flight: Flight, deadline: float) -> Flight:
 
 class AckFuture(asyncio.Future[Ack | None]):
     """The future of one message's ack, carrying the message's current ``flight`` until
-    the ack arrives. Cancelling it forgets the message; failing it counts the error's
+    it is settled (acked or failed). Cancelling it forgets the message; failing it counts the error's
     class in ``failed`` (both class attributes of the publisher's own subclass, see
     :func:`future_factory`)."""
 
@@ -100,7 +101,8 @@ class AckFuture(asyncio.Future[Ack | None]):
     failed: dict[str, int] | None = None
 
     def set_exception(self, exception: type | BaseException, /) -> None:
-        """Fail the publish; its error's class is counted first (for the metrics)."""
+        """Fail the publish; its error's class is counted first (for the metrics), and
+        the future lets go of its message, as an acked one does."""
         # Every way a publish fails ends here (ack error, timeout, no responders,
         # close, lost connection), so one count covers them all at no cost to acks.
         failed = self.failed
@@ -108,6 +110,11 @@ class AckFuture(asyncio.Future[Ack | None]):
             name = error_type(exception if isinstance(exception, BaseException) else exception())
             failed[name] = failed.get(name, 0) + 1
         super().set_exception(exception)
+        # The error names the subject and correlation id; the encoded bytes would only
+        # stay alive with a future the caller keeps (gathered with return_exceptions,
+        # say), through an outage that fails thousands.
+        with contextlib.suppress(AttributeError):  # failed before it was prepared
+            del self.flight
 
     def cancel(self, msg: Any = None) -> bool:
         """Cancel the wait for the ack; the message is forgotten (it may be stored)."""
@@ -119,7 +126,11 @@ class AckFuture(asyncio.Future[Ack | None]):
                 pass  # cancelled before its message was prepared
             else:
                 forget(flight[CID], self)
-        return super().cancel(msg)
+        if not super().cancel(msg):
+            return False
+        with contextlib.suppress(AttributeError):
+            del self.flight
+        return True
 
 
 class PublishCall(AckFuture, Coroutine[Any, Any, Ack | None]):

@@ -24,6 +24,7 @@ from liftbridge_nats import (
     NotConnectedError,
     Publisher,
     PublisherClosedError,
+    PublishError,
 )
 from liftbridge_nats._inflight import CID, AckFuture
 from liftbridge_nats._memtransport import MemoryTransport, Sent, auto_ack
@@ -194,6 +195,7 @@ async def test_closing_with_a_re_send_waiting_says_the_message_may_be_stored() -
     transport = MemoryTransport()
     pub = await Publisher(transport, ack_timeout=0.05, retry=True, retry_deadline=10).start()
     future = await pub.publish_async("s", b"x")
+    cid = future.flight[CID]
     await asyncio.sleep(0)
     assert len(transport.delivered) == 1  # the first copy went out
     transport.disconnect()
@@ -202,7 +204,7 @@ async def test_closing_with_a_re_send_waiting_says_the_message_may_be_stored() -
     await pub.close(timeout=0)
     with pytest.raises(AckLostError, match="may or may not have been stored") as info:
         await future
-    assert info.value.maybe_stored and info.value.correlation_id == future.flight[CID]
+    assert info.value.maybe_stored and info.value.correlation_id == cid
 
 
 async def test_a_closed_connection_refuses_to_start_and_to_send() -> None:
@@ -307,35 +309,79 @@ async def test_a_gathered_burst_leaves_the_collector_only_its_futures_and_acks()
     assert _offsets(acks) == list(range(1000))
 
 
+def _envelopes_held(futures: Iterable[Any], value: bytes) -> int:
+    """How many of ``futures`` keep an encoded message of ``value`` alive."""
+    return sum(
+        1
+        for future in futures
+        for flight in gc.get_referents(future)
+        if type(flight) is tuple
+        for held in flight
+        if type(held) is bytes and len(held) > len(value)
+    )
+
+
 async def test_an_acked_future_lets_go_of_its_message() -> None:
     # Callers keep futures (a batch's, gathered at its end): once acked, a future must
     # not keep its message's encoded bytes alive, only its ack.
     value = b"x" * 4096
     transport = MemoryTransport()
-
-    def envelopes_held(futures: list[Any]) -> int:
-        return sum(
-            1
-            for future in futures
-            for flight in gc.get_referents(future)
-            if type(flight) is tuple
-            for held in flight
-            if type(held) is bytes and len(held) > len(value)
-        )
-
     async with Publisher(transport) as pub:
         futures = [await pub.publish_async("s", value) for _ in range(10)]
         await asyncio.sleep(0)  # the transport delivers
-        assert envelopes_held(futures) == 10  # in flight: kept, for a re-send
+        assert _envelopes_held(futures, value) == 10  # in flight: kept, for a re-send
         for sent in transport.delivered[:6]:
             transport.ack(sent)
         await asyncio.sleep(0)
-        assert envelopes_held(futures) == 4
+        assert _envelopes_held(futures, value) == 4
         for sent in transport.delivered[6:]:
             transport.ack(sent)
         acks = await asyncio.gather(*futures)
-        assert envelopes_held(futures) == 0
+        assert _envelopes_held(futures, value) == 0
     assert _offsets(acks) == list(range(10))
+
+
+async def test_a_failed_or_cancelled_future_lets_go_of_its_message() -> None:
+    # The same when it fails, each way a publish fails, or is cancelled: an outage that
+    # fails thousands of kept futures must not keep thousands of messages alive.
+    value = b"x" * 4096
+    transport = MemoryTransport()
+    answers = iter(["reject", "503", "silent", "silent", "silent"])
+
+    def respond(t: MemoryTransport, sent: Sent) -> None:
+        answer = next(answers)
+        if answer == "reject":
+            t.ack(sent, error=AckError.INCORRECT_OFFSET)
+        elif answer == "503":
+            t.no_responders(sent)
+
+    transport.responder = respond
+    pub = await Publisher(transport, ack_timeout=5).start()
+    rejected = await pub.publish_async("s", value, expected_offset=7)
+    unheard = await pub.publish_async("s", value)
+    timed_out = await pub.publish_async("s", value, timeout=0.05)
+    cancelled = await pub.publish_async("s", value)
+    lost = await pub.publish_async("s", value)
+    futures = [rejected, unheard, timed_out, cancelled, lost]
+    await asyncio.sleep(0)  # the transport delivers and answers
+    assert _envelopes_held(futures, value) == 3  # the silent ones, in flight
+    cancelled.cancel()
+    await asyncio.sleep(0.1)  # timed_out's deadline passes
+    assert _envelopes_held([cancelled, timed_out], value) == 0
+    await pub.close(timeout=0)
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    assert [type(r) for r in results] == [
+        IncorrectOffsetError,
+        NoRespondersError,
+        AckTimeoutError,
+        asyncio.CancelledError,
+        AckLostError,
+    ]
+    assert _envelopes_held(futures, value) == 0
+    # Each error still names the message it was about.
+    assert [r.correlation_id for r in results if isinstance(r, PublishError)] == _cids(
+        [transport.delivered[i] for i in (0, 1, 2, 4)]
+    )
 
 
 async def test_cancelling_the_task_of_a_publish_forgets_the_message() -> None:
