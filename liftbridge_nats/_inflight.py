@@ -18,12 +18,14 @@ Built for the hot path of pipelined publishing:
   operation, whichever partition it comes from: acks of several partitions interleave,
   and no queue beside the dict has to be cleaned up after them.
 
-The encoded bytes of every in-flight message stay in its flight, so a later caller can
-re-send it unchanged (same correlation id) after a reconnect or a timeout. A re-send is
-a new flight on the same future (the next attempt, with its own deadline); whatever
-still holds the old flight can tell it is stale (``future.flight is not flight``). A
-settled future (acked or failed) lets go of its flight: callers often keep futures (a list of a whole
-batch's, gathered at its end), and the messages' bytes are not theirs to keep.
+With re-sends on, the encoded bytes of an in-flight message stay in its flight, so that
+the publisher can send it again unchanged (same correlation id) after a reconnect or a
+timeout; without them, a flight keeps its bytes only until they are handed to NATS (its
+``DATA`` is then empty). A re-send is a new flight on the same future (the next attempt,
+with its own deadline); whatever still holds the old flight can tell it is stale
+(``future.flight is not flight``). A settled future (acked, failed or cancelled) lets go
+of its flight: callers often keep futures (a list of a whole batch's, gathered at its
+end), and the messages' bytes are not theirs to keep.
 """
 
 from __future__ import annotations
@@ -60,9 +62,9 @@ __all__ = [
 
 # A flight is a plain tuple of atomic values, the cheapest record Python builds and one
 # the garbage collector stops tracking (see the module docstring):
-# (correlation id, subject, encoded envelope, loop-time deadline of this attempt,
-#  NATS reply subject (b"" for none), loop-time deadline of the whole publish, attempt no.
-#  (-1 for AckPolicy.NONE: never in the ledger))
+# (correlation id, subject, encoded envelope (b"" once sent, unless re-sends are on),
+#  loop-time deadline of this attempt, NATS reply subject (b"" for none), loop-time
+#  deadline of the whole publish, attempt no. (-1 for AckPolicy.NONE: never in the ledger))
 Flight = tuple[str, str, bytes, float, bytes, float, int]
 CID: Final = 0
 SUBJECT: Final = 1

@@ -1035,8 +1035,10 @@ class Publisher(Generic[V, K]):
             )
         flight = future.flight
         if (
-            self._outbox or not self._write(subject, flight[REPLY], flight[DATA])
-        ) and not self._defer(future):
+            flight[DATA]  # empty: already sent (see _prepare)
+            and (self._outbox or not self._write(subject, flight[REPLY], flight[DATA]))
+            and not self._defer(future)
+        ):
             # Neither sent nor queued: undone, for the caller to await _submit_waiting.
             # (A span started for it is never ended, so never exported: the message
             # gets its one span when it is prepared again.)
@@ -1081,7 +1083,7 @@ class Publisher(Generic[V, K]):
                 traced,
             )
         flight = future.flight
-        if self._outbox or not self._write(subject, flight[REPLY], flight[DATA]):
+        if flight[DATA] and (self._outbox or not self._write(subject, flight[REPLY], flight[DATA])):
             await self._live().sender.send(future)
         self._published += 1
         if flight[ATTEMPT] < 0:
@@ -1103,7 +1105,8 @@ class Publisher(Generic[V, K]):
     ) -> AckFuture:
         """:meth:`_prepare` for the common messages: a value, perhaps a key and headers,
         and no correlation id, expected offset or timeout of their own (anything unusual
-        goes to _prepare). Headers are checked and encoded once per distinct set."""
+        goes to _prepare). Headers are checked and encoded once per distinct set. Sent
+        at once as by _prepare."""
         if self._state != _OPEN:
             self._check_open()
         if (
@@ -1144,18 +1147,17 @@ class Publisher(Generic[V, K]):
             data = self._encode_keyed(value, cid_bytes, key, fields, ack_policy)
         if len(data) > self._max_payload:
             raise too_large_error(subject, cid, len(data), self._max_payload)
+        reply = self._reply_prefix + cid_bytes if self._reply_prefix else b""
         now = self._time()
         deadline = now + self._ack_timeout
+        if self._retry:
+            final = now + self._retry_deadline
+        else:
+            final = deadline
+            if not self._outbox and self._write(subject, reply, data):
+                data = b""  # sent (see _prepare)
         future = make()
-        future.flight = (
-            cid,
-            subject,
-            data,
-            deadline,
-            self._reply_prefix + cid_bytes if self._reply_prefix else b"",
-            now + self._retry_deadline if self._retry else deadline,
-            0,
-        )
+        future.flight = (cid, subject, data, deadline, reply, final, 0)
         if now >= self._sample_at:
             self._sample_latency(future, now)
         self._ledger_add(future, True)
@@ -1184,7 +1186,9 @@ class Publisher(Generic[V, K]):
         traced: bool = False,
     ) -> AckFuture:
         """Check, encode and (unless AckPolicy.NONE) enter a message in the ledger; its
-        future carries its flight.
+        future carries its flight. Unless re-sends are on (or it is AckPolicy.NONE, never
+        sent again anyway), the message is also handed to the fast path here when it
+        takes it: its flight then carries no bytes (``flight[DATA]`` is empty).
 
         While tracing, the message's PRODUCER span starts here (unless ``traced``: the
         caller started it), its context goes into the headers, and the span ends with
@@ -1233,6 +1237,8 @@ class Publisher(Generic[V, K]):
         if span is not None:
             future.add_done_callback(PublishTracer.finisher(span))
         if ack_policy is _NO_ACK:
+            if not self._outbox and self._write(subject, b"", data):
+                data = b""  # sent, and never sent again
             future.flight = (cid, subject, data, 0.0, b"", 0.0, -1)
             return future
         now = self._time()
@@ -1247,6 +1253,10 @@ class Publisher(Generic[V, K]):
         else:
             final = now + timeout
             deadline = min(final, now + self._ack_timeout) if self._retry else final
+        if not self._retry and not self._outbox and self._write(subject, reply, data):
+            # Sent. Keeping the bytes until the ack (a round trip, thousands of messages
+            # later) would only keep cold memory busy.
+            data = b""
         future.flight = (cid, subject, data, deadline, reply, final, 0)
         self._ledger_add(future, timeout is None)
         return future

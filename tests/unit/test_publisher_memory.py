@@ -326,7 +326,7 @@ async def test_an_acked_future_lets_go_of_its_message() -> None:
     # not keep its message's encoded bytes alive, only its ack.
     value = b"x" * 4096
     transport = MemoryTransport()
-    async with Publisher(transport) as pub:
+    async with Publisher(transport, retry=True) as pub:
         futures = [await pub.publish_async("s", value) for _ in range(10)]
         await asyncio.sleep(0)  # the transport delivers
         assert _envelopes_held(futures, value) == 10  # in flight: kept, for a re-send
@@ -341,11 +341,31 @@ async def test_an_acked_future_lets_go_of_its_message() -> None:
     assert _offsets(acks) == list(range(10))
 
 
+async def test_without_re_sends_a_message_handed_to_nats_keeps_no_bytes() -> None:
+    # Nothing will send it again, so its bytes go with nats-py's buffer, not a round trip
+    # later with the ack: the common messages, one with a timeout of its own, and one
+    # with AckPolicy.NONE (which is done once sent).
+    value = b"x" * 4096
+    transport = MemoryTransport()
+    async with Publisher(transport) as pub:
+        futures = [await pub.publish_async("s", value) for _ in range(10)]
+        futures.append(await pub.publish_async("s", value, timeout=5))
+        futures.append(await pub.publish_async("s", value, ack_policy=AckPolicy.NONE))
+        assert _envelopes_held(futures, value) == 0
+        await asyncio.sleep(0)  # the transport delivers
+        assert len(transport.delivered) == 12  # all sent all the same
+        for sent in transport.delivered[:11]:
+            transport.ack(sent)
+        acks = await asyncio.gather(*futures)
+    assert _offsets(acks[:11]) == list(range(11)) and acks[11] is None
+
+
 async def test_a_failed_or_cancelled_future_lets_go_of_its_message() -> None:
     # The same when it fails, each way a publish fails, or is cancelled: an outage that
     # fails thousands of kept futures must not keep thousands of messages alive.
     value = b"x" * 4096
-    transport = MemoryTransport()
+    # On nats-py's public API a sent message keeps its bytes until it is settled.
+    transport = MemoryTransport(fast_path=False)
     answers = iter(["reject", "503", "silent", "silent", "silent"])
 
     def respond(t: MemoryTransport, sent: Sent) -> None:
