@@ -21,7 +21,7 @@ Built for the hot path of pipelined publishing:
 With re-sends on, the encoded bytes of an in-flight message stay in its flight, so that
 the publisher can send it again unchanged (same correlation id) after a reconnect or a
 timeout; without them, a flight keeps its bytes only until they are handed to NATS (its
-``DATA`` is then empty). A re-send is a new flight on the same future (the next attempt,
+``DATA`` and ``REPLY`` are then empty). A re-send is a new flight on the same future (the next attempt,
 with its own deadline); whatever still holds the old flight can tell it is stale
 (``future.flight is not flight``). A settled future (acked, failed or cancelled) lets go
 of its flight: callers often keep futures (a list of a whole batch's, gathered at its
@@ -62,9 +62,10 @@ __all__ = [
 
 # A flight is a plain tuple of atomic values, the cheapest record Python builds and one
 # the garbage collector stops tracking (see the module docstring):
-# (correlation id, subject, encoded envelope (b"" once sent, unless re-sends are on),
-#  loop-time deadline of this attempt, NATS reply subject (b"" for none), loop-time
-#  deadline of the whole publish, attempt no. (-1 for AckPolicy.NONE: never in the ledger))
+# (correlation id, subject, encoded envelope, loop-time deadline of this attempt, NATS
+#  reply subject (b"" for none), loop-time deadline of the whole publish, attempt no. (-1
+#  for AckPolicy.NONE: never in the ledger)). Unless re-sends are on, the envelope and the
+#  reply subject are b"" once the message is sent.
 Flight = tuple[str, str, bytes, float, bytes, float, int]
 CID: Final = 0
 SUBJECT: Final = 1
@@ -92,9 +93,9 @@ def next_attempt(flight: Flight, deadline: float) -> Flight:
 
 class AckFuture(asyncio.Future[Ack | None]):
     """The future of one message's ack, carrying the message's current ``flight`` until
-    it is settled (acked or failed). Cancelling it forgets the message; failing it counts the error's
-    class in ``failed`` (both class attributes of the publisher's own subclass, see
-    :func:`future_factory`)."""
+    it is settled (acked, failed or cancelled). Cancelling it forgets the message; failing
+    it counts the error's class in ``failed`` (both class attributes of the publisher's
+    own subclass, see :func:`future_factory`)."""
 
     __slots__ = ("flight",)
 

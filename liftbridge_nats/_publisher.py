@@ -1155,7 +1155,7 @@ class Publisher(Generic[V, K]):
         else:
             final = deadline
             if not self._outbox and self._write(subject, reply, data):
-                data = b""  # sent (see _prepare)
+                data = reply = b""  # sent (see _prepare)
         future = make()
         future.flight = (cid, subject, data, deadline, reply, final, 0)
         if now >= self._sample_at:
@@ -1188,7 +1188,8 @@ class Publisher(Generic[V, K]):
         """Check, encode and (unless AckPolicy.NONE) enter a message in the ledger; its
         future carries its flight. Unless re-sends are on (or it is AckPolicy.NONE, never
         sent again anyway), the message is also handed to the fast path here when it
-        takes it: its flight then carries no bytes (``flight[DATA]`` is empty).
+        takes it: its flight then carries no bytes (``flight[DATA]`` and
+        ``flight[REPLY]`` are empty).
 
         While tracing, the message's PRODUCER span starts here (unless ``traced``: the
         caller started it), its context goes into the headers, and the span ends with
@@ -1256,7 +1257,7 @@ class Publisher(Generic[V, K]):
         if not self._retry and not self._outbox and self._write(subject, reply, data):
             # Sent. Keeping the bytes until the ack (a round trip, thousands of messages
             # later) would only keep cold memory busy.
-            data = b""
+            data = reply = b""
         future.flight = (cid, subject, data, deadline, reply, final, 0)
         self._ledger_add(future, timeout is None)
         return future

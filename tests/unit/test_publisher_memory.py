@@ -26,7 +26,7 @@ from liftbridge_nats import (
     PublisherClosedError,
     PublishError,
 )
-from liftbridge_nats._inflight import CID, AckFuture
+from liftbridge_nats._inflight import CID, REPLY, AckFuture
 from liftbridge_nats._memtransport import MemoryTransport, Sent, auto_ack
 
 
@@ -352,6 +352,7 @@ async def test_without_re_sends_a_message_handed_to_nats_keeps_no_bytes() -> Non
         futures.append(await pub.publish_async("s", value, timeout=5))
         futures.append(await pub.publish_async("s", value, ack_policy=AckPolicy.NONE))
         assert _envelopes_held(futures, value) == 0
+        assert {future.flight[REPLY] for future in futures} == {b""}  # nor the reply subject
         await asyncio.sleep(0)  # the transport delivers
         assert len(transport.delivered) == 12  # all sent all the same
         for sent in transport.delivered[:11]:
