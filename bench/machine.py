@@ -7,6 +7,7 @@ import platform
 import re
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import TypedDict
@@ -79,6 +80,23 @@ def load_average() -> list[float]:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return []
+
+
+SPEED_PROBE_ADDITIONS = 3_000_000
+
+
+def speed_probe() -> float:
+    """Milliseconds a fixed pure-Python loop takes now: the machine's speed at this moment.
+
+    A shared or throttled machine can change speed by half or more within minutes, and
+    rounds of the same client then differ as much; the spread of these probes over a run
+    shows how far one round can be compared with the next.
+    """
+    total = 0
+    started = time.perf_counter()
+    for i in range(SPEED_PROBE_ADDITIONS):
+        total += i
+    return round((time.perf_counter() - started) * 1000, 1)
 
 
 def describe(liftbridge_bin: str | None, nats_bin: str | None) -> Description:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from bench import plan, spark
+from bench import machine, plan, spark
 
 Record = dict[str, Any]
 
@@ -599,6 +599,15 @@ def _machine_section(meta: Record) -> list[str]:
         f"command `{meta['command']}`",
         f"- Load average (1/5/15 min) before: {meta['load_before']}, after: {meta['load_after']}",
     ]
+    probes = meta.get("speed_probes_ms") or []
+    if probes:
+        lines.append(
+            f"- Machine speed: a fixed pure-Python loop ({machine.SPEED_PROBE_ADDITIONS:,} "
+            f"additions), timed before each of the {len(probes)} rounds of the publish, "
+            f"subscribe and fan-out cases, took {min(probes):.0f}-{max(probes):.0f} ms "
+            f"(median {statistics.median(probes):.0f}); the wider that range, the more the "
+            "machine's speed moved during the run, and rounds of one client with it"
+        )
     s = meta["settings"]
     lines.append(
         f"- Settings: {s['nodes']}-node cluster (one nats-server), {s['count']:,} messages per "

@@ -141,6 +141,8 @@ class Runner:
         self._fanout_filled: dict[int, str | Exception] = {}
         self._tag = secrets.token_hex(3)
         self._serial = 0
+        # Milliseconds of machine.speed_probe() before every round of run_rounds.
+        self.speed_probes: list[float] = []
 
     def _name(self, case: Case, index: int) -> str:
         self._serial += 1
@@ -434,6 +436,7 @@ class Runner:
         rounds = max(1, self.settings.rounds)
         runs: dict[str, list[dict[str, Any]]] = {c.id: [] for c in cases}
         for r in range(rounds):
+            self.speed_probes.append(machine.speed_probe())
             for c in cases if r % 2 == 0 else list(reversed(cases)):
                 if r and c.client in plan.SEQUENTIAL_CLIENTS:
                     # One message in flight: ~30 s per run and far behind; once is enough.
@@ -576,6 +579,7 @@ async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> di
             **info,
             "load_before": load_before,
             "load_after": machine.load_average(),
+            "speed_probes_ms": runner.speed_probes,
             "settings": {
                 "nodes": settings.nodes,
                 "count": settings.count,

@@ -190,3 +190,24 @@ def test_many_partition_goals_are_judged() -> None:
         f"{plan.FANOUT_CONSUMER}: process threads at 256 partitions ≤ 1.25x at 1 (20 vs 8)"
     ]
     assert consumer_threads["status"] == "missed"
+
+
+def test_the_machine_section_shows_how_far_the_speed_moved() -> None:
+    record = _record()
+    assert "Machine speed" not in report.markdown(record)  # records from before the probes
+    record["meta"]["speed_probes_ms"] = [210.0, 350.5, 222.0, 228.0]
+    text = report.markdown(record)
+    assert (
+        "- Machine speed: a fixed pure-Python loop (3,000,000 additions), timed before each "
+        "of the 4 rounds of the publish, subscribe and fan-out cases, took 210-350 ms "
+        "(median 225)" in text
+    )
+
+
+def test_the_speed_probe_times_the_loop() -> None:
+    from bench import machine
+
+    probes = [machine.speed_probe() for _ in range(3)]
+    # Three million additions take CPython tens of milliseconds at the very least; a
+    # probe that skipped its loop would report nothing like that.
+    assert all(10 < ms < 60_000 for ms in probes)
