@@ -436,7 +436,10 @@ class Runner:
         rounds = max(1, self.settings.rounds)
         runs: dict[str, list[dict[str, Any]]] = {c.id: [] for c in cases}
         for r in range(rounds):
-            self.speed_probes.append(machine.speed_probe())
+            probe = machine.speed_probe()
+            self.speed_probes.append(probe)
+            # Printed as well: a run stopped before its end writes no results.json.
+            _log(f"  machine speed probe: {probe:.0f} ms ({cases[0].config}, round {r + 1})")
             for c in cases if r % 2 == 0 else list(reversed(cases)):
                 if r and c.client in plan.SEQUENTIAL_CLIENTS:
                     # One message in flight: ~30 s per run and far behind; once is enough.

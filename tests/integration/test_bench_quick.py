@@ -52,6 +52,11 @@ def test_quick_mode_produces_every_case(tmp_path: Path) -> None:
     assert (out / "RESULTS.md").read_text().startswith("# liftbridge-nats benchmark results")
     assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "results-fanout.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The machine's speed was probed before every round, printed, kept and reported.
+    probes = record["meta"]["speed_probes_ms"]
+    assert probes and all(ms > 0 for ms in probes)
+    assert proc.stdout.count("machine speed probe:") == len(probes)
+    assert "- Machine speed: a fixed pure-Python loop" in (out / "RESULTS.md").read_text()
 
     # Every peer is part of quick mode: a missing one is a failure, not a skip.
     assert record["meta"]["peers_missing"] == {}
