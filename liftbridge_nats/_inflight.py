@@ -119,6 +119,26 @@ class AckFuture(asyncio.Future[Ack | None]):
         with contextlib.suppress(AttributeError):  # failed before it was prepared
             del self.flight
 
+    def refuse(self, exception: BaseException, /) -> None:
+        """Fail the publish with an error its caller would have met at once had the
+        message not waited for room (a refused argument, a closed publisher or
+        connection): not counted as a failed publish, as it is not then, and the future
+        lets go of its message as a failed one does."""
+        if self.done():
+            return
+        try:
+            flight = self.flight
+        except AttributeError:
+            pass  # refused before its message was prepared
+        else:
+            # Out of the ledger too (a closing publisher cancels it while it waits for
+            # the outbox): whatever is in the ledger has its flight.
+            del self.flight
+            forget = self.forget
+            if forget is not None:
+                forget(flight[CID], self)
+        asyncio.Future.set_exception(self, exception)
+
     def cancel(self, msg: Any = None) -> bool:
         """Cancel the wait for the ack; the message is forgotten (it may be stored)."""
         forget = self.forget

@@ -256,10 +256,8 @@ class _Queued:
         self.submit(self)
 
     def set_exception(self, exception: BaseException, /) -> None:
-        # The publisher closed while it waited: raised where the call is awaited, and
-        # (as before) not counted as a failed publish.
-        if not self.call.done():
-            asyncio.Future.set_exception(self.call, exception)
+        # The publisher closed while it waited: raised where the call is awaited.
+        self.call.refuse(exception)
 
 
 def _not_started(*_: object) -> Any:
@@ -817,9 +815,7 @@ class Publisher(Generic[V, K]):
         try:
             sent = self._submit_now(*queued.args, functools.partial(_same, call), queued=True)
         except Exception as exc:
-            # An argument refused (as publish() raises it when awaited): not counted as a
-            # failed publish, as it is not when the message goes at once.
-            asyncio.Future.set_exception(call, exc)
+            call.refuse(exc)  # an argument refused, raised where the call is awaited
             return
         if sent is None:
             # The fast path refused it after all (NATS disconnected and the reconnect
@@ -834,11 +830,9 @@ class Publisher(Generic[V, K]):
         try:
             await self._submit_waiting(*queued.args, make=functools.partial(_same, call))
         except Exception as exc:
-            if not call.done():
-                asyncio.Future.set_exception(call, exc)
+            call.refuse(exc)  # the connection or the publisher closed while it waited
         except asyncio.CancelledError:
-            if not call.done():
-                asyncio.Future.set_exception(call, self._closed_error())
+            call.refuse(self._closed_error())
             raise
 
     async def _publish_waiting(

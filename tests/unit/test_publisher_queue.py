@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats import Ack, Publisher, PublisherClosedError
-from liftbridge_nats._inflight import PublishCall
+from liftbridge_nats import Ack, NotConnectedError, Publisher, PublisherClosedError
+from liftbridge_nats._inflight import AckFuture, PublishCall
 from liftbridge_nats._memtransport import MemoryTransport, Sent
 
 
@@ -161,3 +161,66 @@ async def test_a_queued_call_the_fast_path_refuses_goes_the_slow_way() -> None:
         await _ack_everything(transport, asyncio.gather(first, queued))
         ack = await queued
     assert isinstance(ack, Ack) and _values(transport.delivered) == [b"x", b"queued"]
+
+
+async def _queued_behind_a_full_outbox(
+    transport: MemoryTransport, pub: Publisher[Any, Any]
+) -> tuple[AckFuture, Any]:
+    """A queued call woken while NATS is down and the outbox is full (max_inflight=2,
+    max_buffered_bytes=0): it goes the slow way, in a task of the publisher's. Returns
+    the future of the message in the outbox and the call."""
+    first = await pub.publish_async("s", b"sent")
+    await asyncio.sleep(0.01)  # delivered
+    transport.disconnect()
+    kept = await pub.publish_async("s", b"kept")  # in the outbox, which it fills
+    queued = pub.publish("s", b"queued")
+    assert isinstance(queued, PublishCall)
+    transport.ack(transport.delivered[0])  # room: the queued call is woken
+    await first
+    return kept, queued
+
+
+async def test_a_queued_call_closed_while_it_waits_for_the_outbox_lets_go_of_its_message() -> None:
+    transport = MemoryTransport()
+    pub = await Publisher(transport, max_inflight=2, max_buffered_bytes=0).start()
+    kept, queued = await _queued_behind_a_full_outbox(transport, pub)
+    await asyncio.sleep(0.01)
+    assert not queued.done() and hasattr(queued, "flight")  # prepared, waits for room
+    assert pub.pending == 2
+    await pub.close(timeout=0)
+    with pytest.raises(PublisherClosedError):
+        await queued
+    assert not hasattr(queued, "flight")
+    with pytest.raises(PublisherClosedError):
+        await kept
+    # The outbox's message failed as a publish; the call raised as publish() does when
+    # the publisher closes under it, uncounted.
+    assert sum(pub._metric_counts().failed.values()) == 1
+    assert _values(transport.delivered) == [b"sent"]
+
+
+async def test_a_queued_call_the_closed_connection_refuses_lets_go_of_its_message() -> None:
+    transport = MemoryTransport()
+    pub = await Publisher(transport, max_inflight=2, max_buffered_bytes=0).start()
+    try:
+        first = await pub.publish_async("s", b"sent")
+        await asyncio.sleep(0.01)  # delivered
+        transport.disconnect()
+        kept = await pub.publish_async("s", b"kept")
+        queued = pub.publish("s", b"queued")
+        assert isinstance(queued, PublishCall)
+        transport.close()  # for good: nothing can be sent any more
+        transport.ack(transport.delivered[0])
+        await first
+        with pytest.raises(NotConnectedError):
+            await queued
+        assert not hasattr(queued, "flight")
+        assert queued not in pub._live().ledger.futures()
+        with pytest.raises(NotConnectedError):
+            await kept
+        # The outbox's message failed as a publish; the call raised as publish() does
+        # when the connection is closed, uncounted.
+        assert pub._metric_counts().failed == {"liftbridge_nats.NotConnectedError": 1}
+    finally:
+        await pub.close(timeout=0)
+    assert _values(transport.delivered) == [b"sent"]
