@@ -830,7 +830,7 @@ class Publisher(Generic[V, K]):
         try:
             await self._submit_waiting(*queued.args, make=functools.partial(_same, call))
         except Exception as exc:
-            call.refuse(exc)  # the connection or the publisher closed while it waited
+            call.refuse(exc)  # as publish() raises what it meets at once
         except asyncio.CancelledError:
             call.refuse(self._closed_error())
             raise
