@@ -144,25 +144,6 @@ async def test_close_fails_queued_calls_as_not_sent() -> None:
     assert first.done() and _values(transport.delivered) == [b"x"]
 
 
-async def test_a_queued_call_the_fast_path_refuses_goes_the_slow_way() -> None:
-    # Woken while NATS is down and the reconnect buffer is full: it waits for the
-    # reconnect in a task of the publisher's, then is sent and acked.
-    transport = MemoryTransport()
-    async with Publisher(transport, max_inflight=1, max_buffered_bytes=0) as pub:
-        first = await pub.publish_async("s", b"x")
-        queued = pub.publish("s", b"queued")
-        assert isinstance(queued, PublishCall)
-        await asyncio.sleep(0.01)
-        transport.disconnect()
-        transport.ack(transport.delivered[0])  # room: the queued call is woken
-        await asyncio.sleep(0.01)
-        assert not queued.done() and len(transport.delivered) == 1
-        transport.reconnect()
-        await _ack_everything(transport, asyncio.gather(first, queued))
-        ack = await queued
-    assert isinstance(ack, Ack) and _values(transport.delivered) == [b"x", b"queued"]
-
-
 async def _queued_behind_a_full_outbox(
     transport: MemoryTransport, pub: Publisher[Any, Any], *, connection_closes: bool = False
 ) -> tuple[AckFuture, PublishCall]:
@@ -181,6 +162,22 @@ async def _queued_behind_a_full_outbox(
     transport.ack(transport.delivered[0])  # room: the queued call is woken
     await first
     return kept, queued
+
+
+async def test_a_queued_call_the_fast_path_refuses_goes_the_slow_way() -> None:
+    # Woken while NATS is down and the outbox full: it waits for room in a task of the
+    # publisher's, then goes out after the outbox's message once NATS is back, and is acked.
+    transport = MemoryTransport()
+    async with Publisher(transport, max_inflight=2, max_buffered_bytes=0) as pub:
+        kept, queued = await _queued_behind_a_full_outbox(transport, pub)
+        await asyncio.sleep(0.01)
+        assert not queued.done() and len(pub._live().queued) == 1
+        transport.reconnect()
+        await _ack_everything(transport, asyncio.gather(kept, queued))
+        ack = await queued
+        assert not pub._live().queued
+    assert isinstance(ack, Ack)
+    assert _values(transport.delivered) == [b"sent", b"kept", b"queued"]
 
 
 async def test_a_queued_call_closed_while_it_waits_for_the_outbox_lets_go_of_its_message() -> None:
