@@ -126,34 +126,27 @@ class AckFuture(asyncio.Future[Ack | None]):
         lets go of its message as a failed one does."""
         if self.done():
             return
-        try:
-            flight = self.flight
-        except AttributeError:
-            pass  # refused before its message was prepared
-        else:
-            # Out of the ledger too (a closing publisher cancels it while it waits for
-            # the outbox): whatever is in the ledger has its flight.
-            del self.flight
-            forget = self.forget
-            if forget is not None:
-                forget(flight[CID], self)
+        self._let_go()
         asyncio.Future.set_exception(self, exception)
 
     def cancel(self, msg: Any = None) -> bool:
         """Cancel the wait for the ack; the message is forgotten (it may be stored)."""
-        forget = self.forget
-        if forget is not None and not self.done():
-            try:
-                flight = self.flight
-            except AttributeError:
-                pass  # cancelled before its message was prepared
-            else:
-                forget(flight[CID], self)
-        if not super().cancel(msg):
+        if self.done():
             return False
-        with contextlib.suppress(AttributeError):
-            del self.flight
-        return True
+        self._let_go()
+        return super().cancel(msg)
+
+    def _let_go(self) -> None:
+        """Drop the message's flight and take the future out of the ledger (if it is
+        there): whatever is in the ledger has its flight."""
+        try:
+            flight = self.flight
+        except AttributeError:
+            return  # no message yet (not prepared), or already let go
+        del self.flight
+        forget = self.forget
+        if forget is not None:
+            forget(flight[CID], self)
 
 
 class PublishCall(AckFuture, Coroutine[Any, Any, Ack | None]):
