@@ -283,9 +283,15 @@ class _Streams:
         self._made.append(name)
         return name
 
-    def release(self, name: str) -> None:
-        self._made.remove(name)
-        self._drop(name)
+    @contextmanager
+    def fresh(self) -> Iterator[str]:
+        """A new stream for one block, deleted as soon as the block ends."""
+        name = self.new()
+        try:
+            yield name
+        finally:
+            self._made.remove(name)
+            self._drop(name)
 
     def close(self) -> None:
         while self._made:
@@ -327,9 +333,8 @@ def measure_local(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
         ).save()
         df = _values(spark, sink_rows, size, tasks=2)
         with _streams(brokers, SINK_PARTITIONS) as streams:
-            target = streams.new()
-            _write(df, nats_url, brokers, target)
-            streams.release(target)
+            with streams.fresh() as target:
+                _write(df, nats_url, brokers, target)
             for r in range(rounds):
                 order = [READ, READ_PEER, SINK, SINK_PEER]
                 for client in order if r % 2 == 0 else order[::-1]:
@@ -349,18 +354,14 @@ def measure_local(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
                             got = asyncio.run(_subscribe(brokers, spec["read_stream"], read_rows))
                         res = meter.result(got)
                     elif client == SINK:
-                        target = streams.new()
-                        with meter:
+                        with streams.fresh() as target, meter:
                             _write(df, nats_url, brokers, target)
-                        streams.release(target)
                         res = meter.result(sink_rows, tasks=2)
                     else:
-                        target = streams.new()
-                        with meter:
+                        with streams.fresh() as target, meter:
                             asyncio.run(
                                 _publish(nats_url, target, SINK_PARTITIONS, sink_rows, size)
                             )
-                        streams.release(target)
                         res = meter.result(sink_rows)
                     runs[client].append(res)
         df.unpersist()
@@ -424,11 +425,9 @@ def measure_scaling(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
                         runs[name].append(meter.result(rows, executors=workers))
                         if df is None:
                             df = _values(spark, rows, size, tasks=SCALE_PARTITIONS)
-                        target = streams.new()
                         meter = Meter(daemons)
-                        with meter:
+                        with streams.fresh() as target, meter:
                             _write(df, nats_url, brokers, target)
-                        streams.release(target)
                         name = SCALE_SINK_1 if workers == 1 else SCALE_SINK_2
                         runs[name].append(meter.result(rows, executors=workers))
         finally:
