@@ -25,6 +25,13 @@ BARE_TASKS_100 = "bare 100 tasks"
 BARE_TASKS_1000 = "bare 1000 tasks"
 SERVICE_CEILINGS = (BARE_BURST, BARE_TASKS_100, BARE_TASKS_1000)
 CEILING_OF = dict(zip(SERVICES, SERVICE_CEILINGS, strict=True))
+# go-liftbridge in the same pattern: goroutines looping on its blocking Publish. Only the
+# 100-task pattern has a Go peer: 1,000 goroutines calling Publish at once stall
+# go-liftbridge v2.3.0 (its Publish calls SendMsg on one gRPC stream from every
+# goroutine, which grpc-go does not support; the sends then wait for flow-control quota
+# that never returns), and a burst of 20,000 would put even more on the stream at once.
+GO_TASKS_100 = "go Publish, 100 goroutines"
+GO_PEER_OF = {OURS_TASKS_100: GO_TASKS_100}
 # What telemetry and serializers cost, beside "ours" (which runs with opentelemetry-api
 # installed and no SDK configured): the same publishes with opentelemetry not importable,
 # with an OpenTelemetry SDK taking every span and the metrics, and with msgspec Structs
@@ -57,7 +64,7 @@ GO_FANOUT = "go, a goroutine per partition"
 FANOUT_CLIENTS = (FANOUT_TASKS, FANOUT_CONSUMER)
 
 GUFO_CLIENTS = (GUFO_UNARY, GUFO_BULK, GUFO_SUB)
-GO_CLIENTS = (GO_ASYNC, GO_SYNC, GO_SUB, GO_FANOUT)
+GO_CLIENTS = (GO_ASYNC, GO_SYNC, GO_TASKS_100, GO_SUB, GO_FANOUT)
 SEQUENTIAL_CLIENTS = (GUFO_UNARY, GO_SYNC)
 
 
@@ -114,6 +121,8 @@ def publish_clients(
         clients += list(TELEMETRY_CLIENTS)
     if topology in settings.services_topologies:
         clients += list(SERVICES) + list(SERVICE_CEILINGS)
+        if settings.go:
+            clients += list(GO_PEER_OF.values())
     if keyed:
         return clients + ([GO_ASYNC] if settings.go else [])
     if settings.gufo:

@@ -30,11 +30,17 @@ PUBLISH_ORDER = [
     plan.BARE_UVLOOP,
 ]
 
-# Bars of the chart: each services' pattern followed by its bare ceiling.
+# Bars of the chart: each services' pattern followed by its bare ceiling (and by
+# go-liftbridge in the same pattern, where it has a peer).
 CHART_ORDER = [
     plan.OURS,
     plan.BARE,
-    *(c for pattern in plan.SERVICES for c in (pattern, plan.CEILING_OF[pattern])),
+    *(
+        c
+        for pattern in plan.SERVICES
+        for c in (pattern, plan.CEILING_OF[pattern], plan.GO_PEER_OF.get(pattern))
+        if c is not None
+    ),
     *(c for c in PUBLISH_ORDER if c not in (plan.OURS, plan.BARE)),
 ]
 
@@ -341,15 +347,18 @@ def _services_configs(pub: list[Record]) -> list[Config]:
 
 def ceilings(record: Record) -> list[dict[str, Any]]:
     """Context for the services' goals, not goals themselves: per pattern, what its own
-    bare ceiling reaches against ours publish_async, and what ours reaches against that
-    ceiling (the worst ratio over the configurations where both ran, and the range)."""
+    bare ceiling reaches against ours publish_async, what ours reaches against that
+    ceiling, and ours against go-liftbridge in the same pattern where it has a peer (the
+    worst ratio over the configurations where both ran, and the range)."""
     pub = [c for c in record["cases"] if c["section"] == "publish"]
     configs = _services_configs(pub)
     rows: list[dict[str, Any]] = []
     for pattern in plan.SERVICES:
         ceiling = plan.CEILING_OF[pattern]
+        go_peer = plan.GO_PEER_OF.get(pattern)
         vs_async: list[float] = []
         ours_vs: list[float] = []
+        ours_vs_go: list[float] = []
         for key in configs:
             m = _m(key)
             bare, ours = _rate(pub, ceiling, **m), _rate(pub, pattern, **m)
@@ -357,6 +366,8 @@ def ceilings(record: Record) -> list[dict[str, Any]]:
                 vs_async.append(r)
             if (r := _ratio(ours, bare)) is not None:
                 ours_vs.append(r)
+            if go_peer and (r := _ratio(ours, _rate(pub, go_peer, **m))) is not None:
+                ours_vs_go.append(r)
         if vs_async or ours_vs:
             rows.append(
                 {
@@ -365,6 +376,8 @@ def ceilings(record: Record) -> list[dict[str, Any]]:
                     "configurations": len(configs),
                     "ceiling_vs_publish_async": vs_async,
                     "ours_vs_ceiling": ours_vs,
+                    "go_peer": go_peer,
+                    "ours_vs_go_peer": ours_vs_go,
                 }
             )
     return rows
@@ -385,17 +398,20 @@ def _ceilings_table(record: Record) -> list[str]:
     out = [
         "",
         "Context for the services' patterns, not goals: the same pattern with no SDK (its "
-        "bare ceiling) against ours `publish_async`, and ours against that ceiling, over "
+        "bare ceiling) against ours `publish_async`, ours against that ceiling, and ours "
+        "against go-liftbridge calling its blocking `Publish` in the same pattern, over "
         f"the {rows[0]['configurations']} configurations where they ran (worst ratio, then "
-        "the range; per configuration in the table of the services' patterns below).",
+        "the range; per configuration in the tables of the services' patterns below).",
         "",
-        "| pattern | its bare ceiling / ours publish_async | ours / its bare ceiling |",
-        "|---|---:|---:|",
+        "| pattern | its bare ceiling / ours publish_async | ours / its bare ceiling "
+        "| ours / go, same pattern |",
+        "|---|---:|---:|---:|",
     ]
     for row in rows:
+        go = f"{spread(row['ours_vs_go_peer'])} ({row['go_peer']})" if row["go_peer"] else "-"
         out.append(
             f"| {row['pattern']} (await publish) | {spread(row['ceiling_vs_publish_async'])} "
-            f"| {spread(row['ours_vs_ceiling'])} |"
+            f"| {spread(row['ours_vs_ceiling'])} | {go} |"
         )
     return out
 
@@ -444,6 +460,43 @@ def _services_table(cases: list[Record]) -> list[str]:
                 f"{_figure(bare_c, 'rate', 0)} | {_x(_ratio(ours, bare))} | "
                 f"{_x(_ratio(bare, publish_async))} | {_figure(ours_c, 'cpu_us_per_msg', 1)} | "
                 f"{_figure(bare_c, 'cpu_us_per_msg', 1)} |"
+            )
+    return out
+
+
+def _go_patterns_table(cases: list[Record]) -> list[str]:
+    pub = [c for c in cases if c["section"] == "publish"]
+    pairs = list(plan.GO_PEER_OF.items())
+    configs = [k for k in _configs(pub) if any(_find(pub, go, **_m(k)) for _, go in pairs)]
+    if not configs:
+        return []
+    out = [
+        "",
+        "### The services' patterns beside go-liftbridge in the same pattern (msg/s, CPU µs/msg)",
+        "",
+        "Ours awaiting `publish()` from many tasks, go-liftbridge calling its blocking "
+        "`Publish` from as many goroutines, in the same rounds. Only the 100-task pattern "
+        "has a Go peer: from 1,000 goroutines go-liftbridge v2.3.0 stalls (its `Publish` "
+        "sends on one gRPC stream from every calling goroutine, which grpc-go does not "
+        "support; the sends end up waiting for flow-control quota that never comes back), "
+        "and a burst of 20,000 would put even more of them on the stream at once.",
+        "",
+        "| configuration | pattern | ours | go | ours / go | ours CPU | go CPU "
+        "| ours CPU / go CPU |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for key in configs:
+        m = _m(key)
+        label = f"{_size(key[0])} {key[1]}" + (", key+headers" if key[4] else "")
+        for pattern, go in pairs:
+            ours_c, go_c = _find(pub, pattern, **m), _find(pub, go, **m)
+            out.append(
+                f"| {label} | {pattern.removeprefix('ours ')} | {_figure(ours_c, 'rate', 0)} "
+                f"| {_figure(go_c, 'rate', 0)} "
+                f"| {_x(_ratio(_rate(pub, pattern, **m), _rate(pub, go, **m)))} "
+                f"| {_figure(ours_c, 'cpu_us_per_msg', 1)} "
+                f"| {_figure(go_c, 'cpu_us_per_msg', 1)} "
+                f"| {_x(_ratio(_cpu(pub, pattern, **m), _cpu(pub, go, **m)))} |"
             )
     return out
 
@@ -1105,13 +1158,15 @@ def markdown(record: Record, chart_name: str = "results.png") -> str:
         "patterns (below); **bare** = "
         "pre-encoded envelopes published with nats-py, acks only counted by a subscription "
         "callback (the ceiling the server and nats-py allow); **go PublishAsync / Publish** = "
-        "go-liftbridge (gRPC); **gufo publish_bulk / publish** = gufo-liftbridge (gRPC); "
+        "go-liftbridge (gRPC); **go Publish, 100 goroutines** = 100 goroutines, each looping "
+        "on go-liftbridge's blocking `Publish` (the 100-task pattern in Go); **gufo publish_bulk / publish** = gufo-liftbridge (gRPC); "
         "**+uvloop** = the same Python client on uvloop.",
     ]
     lines += _method()
     lines += _publish_tables(cases)
     lines += _cpu_table(cases)
     lines += _services_table(cases)
+    lines += _go_patterns_table(cases)
     lines += _telemetry_table(cases)
     lines += _latency_table(cases)
     lines += _subscribe_table(cases)

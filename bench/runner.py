@@ -53,12 +53,14 @@ _PY_ACTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("fanout", plan.FANOUT_CONSUMER): ("ours", "fanout"),
     ("memory", plan.OURS): ("ours", "memory"),
 }
-# How many tasks loop on awaiting a publish in the services' pattern and its ceiling.
+# How many tasks loop on awaiting a publish in the services' pattern and its ceiling
+# (goroutines looping on Publish, for the Go peer).
 _TASKS = {
     plan.OURS_TASKS_100: 100,
     plan.OURS_TASKS_1000: 1000,
     plan.BARE_TASKS_100: 100,
     plan.BARE_TASKS_1000: 1000,
+    plan.GO_TASKS_100: 100,
 }
 # What the telemetry variants of ours add to their spec (see bench.clients.ours.publish
 # and bench.worker).
@@ -72,6 +74,7 @@ _SUB_METRICS = {plan.OURS_METRICS_OFF: "off", plan.OURS_OTEL_SDK: "sdk"}
 _GO_MODES = {
     plan.GO_ASYNC: "async",
     plan.GO_SYNC: "sync",
+    plan.GO_TASKS_100: "sync",
     plan.GO_SUB: "subscribe",
     plan.GO_FANOUT: "fanout",
 }
@@ -176,6 +179,7 @@ class Runner:
             "-mode", _GO_MODES[case.client],
             "-partitions", str(case.topology.partitions),
             "-window", str(self.window),
+            "-workers", str(spec.get("tasks", 1)),
             "-timeout", f"{int(self._timeout(case))}s",
         ]  # fmt: skip
         if case.keyed:

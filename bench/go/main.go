@@ -186,10 +186,12 @@ func publishAsync(ctx context.Context, c lift.Client, stream string, count int, 
 	return errs, nil
 }
 
-// publishSync runs workers goroutines, each calling the blocking Publish.
+// publishSync runs workers goroutines, each calling the blocking Publish. Publish
+// waits for its ack whatever the context says once the request is on its gRPC stream,
+// so a run in which no Publish returns for stall fails then, rather than at -timeout.
 func publishSync(ctx context.Context, c lift.Client, stream string, count int, value []byte,
-	opts []lift.MessageOption, workers int) (int64, error) {
-	var errs int64
+	opts []lift.MessageOption, workers int, stall time.Duration) (int64, error) {
+	var errs, returned int64
 	var next int64 = -1
 	var wg sync.WaitGroup
 	var firstErr atomic.Value
@@ -202,10 +204,32 @@ func publishSync(ctx context.Context, c lift.Client, stream string, count int, v
 					atomic.AddInt64(&errs, 1)
 					firstErr.CompareAndSwap(nil, err)
 				}
+				atomic.AddInt64(&returned, 1)
 			}
 		}()
 	}
-	wg.Wait()
+	finished := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(finished)
+	}()
+	tick := time.NewTicker(stall)
+	defer tick.Stop()
+	last := int64(-1)
+wait:
+	for {
+		select {
+		case <-finished:
+			break wait
+		case <-tick.C:
+			now := atomic.LoadInt64(&returned)
+			if now == last {
+				return errs, fmt.Errorf("stalled: no Publish returned for %s, %d of %d returned, "+
+					"%d goroutines", stall, now, count, workers)
+			}
+			last = now
+		}
+	}
 	if e, ok := firstErr.Load().(error); ok && errs == int64(count) {
 		return errs, e
 	}
@@ -249,6 +273,7 @@ func main() {
 	partition := flag.Int("partition", 0, "partition to read in subscribe mode")
 	window := flag.Int("window", 0, "PublishAsync: most messages in flight (0: no limit)")
 	workers := flag.Int("workers", 1, "Publish: concurrent goroutines")
+	stall := flag.Duration("stall", 30*time.Second, "Publish: fail when no call returns for this long")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up after this long")
 	key := flag.String("key", "", "a key on every message (none by default)")
 	header := flag.String("header", "", "name=value: a header on every message (none by default)")
@@ -277,7 +302,7 @@ func main() {
 		case "async":
 			return publishAsync(ctx, client, *stream, n, value, opts, *window)
 		case "sync":
-			return publishSync(ctx, client, *stream, n, value, opts, *workers)
+			return publishSync(ctx, client, *stream, n, value, opts, *workers, *stall)
 		case "subscribe":
 			return subscribe(ctx, client, *stream, *partition, n)
 		case "fanout":

@@ -70,7 +70,8 @@ def test_quick_mode_produces_every_case(tmp_path: Path) -> None:
     for client in (plan.OURS, plan.BARE, plan.RAW, plan.GUFO_BULK, plan.GUFO_UNARY,
                    plan.GO_ASYNC, plan.GO_SYNC, plan.GO_SUB, plan.GUFO_SUB, plan.GRPC_SUB, plan.OURS_UVLOOP,
                    plan.GRPC_SYNC_SUB, *plan.FANOUT_CLIENTS, plan.GO_FANOUT, *plan.SERVICES,
-                   *plan.SERVICE_CEILINGS, *plan.TELEMETRY_CLIENTS, *plan.SUB_METRICS_CLIENTS):  # fmt: skip
+                   *plan.SERVICE_CEILINGS, plan.GO_TASKS_100, *plan.TELEMETRY_CLIENTS,
+                   *plan.SUB_METRICS_CLIENTS):  # fmt: skip
         assert client in clients
     # "ours" publishes with opentelemetry-api imported (no SDK); its "no opentelemetry"
     # twin really ran without it, and the report gives both ratios of the same run.
@@ -92,9 +93,16 @@ def test_quick_mode_produces_every_case(tmp_path: Path) -> None:
         results_md,
     ), results_md
     # The services' pattern and the key+headers messages, for ours, the bare ceilings and
-    # the Go peer alike.
+    # the Go peers alike.
     keyed = {case["client"] for case in record["cases"] if case.get("keyed")}
-    assert {plan.OURS, plan.BARE, plan.GO_ASYNC, *plan.SERVICES, *plan.SERVICE_CEILINGS} <= keyed
+    assert {
+        plan.OURS,
+        plan.BARE,
+        plan.GO_ASYNC,
+        plan.GO_TASKS_100,
+        *plan.SERVICES,
+        *plan.SERVICE_CEILINGS,
+    } <= keyed
     for case_id, result in got.items():
         assert "error" not in result, f"{case_id}: {result.get('error')}"
         assert result["errors"] == 0, case_id

@@ -29,6 +29,7 @@ FIGURES = {
     plan.BARE_TASKS_100: (55_000.0, 6.5),
     plan.OURS_TASKS_1000: (66_000.0, 7.5),
     plan.BARE_TASKS_1000: (60_000.0, 6.0),
+    plan.GO_TASKS_100: (40_000.0, 10.0),
 }
 
 
@@ -124,7 +125,10 @@ def test_the_worst_configuration_is_shown_with_the_range() -> None:
     text = report.markdown(_record(slower_config="key+headers"))
     # The ceiling at 0.4x on the key+headers configuration: 0.22x of publish_async there,
     # 0.55x on the plain one; ours 0.91x of it on the plain one, 2.27x on key+headers.
-    row = "| ours 100 tasks (await publish) | 0.22x (0.22-0.55x) | 0.91x (0.91-2.27x) |"
+    row = (
+        "| ours 100 tasks (await publish) | 0.22x (0.22-0.55x) | 0.91x (0.91-2.27x) "
+        "| 1.25x (1.25-1.25x) (go Publish, 100 goroutines) |"
+    )
     assert row in text, text
 
 
@@ -141,17 +145,38 @@ def test_the_report_shows_patterns_beside_their_ceilings() -> None:
         "| 100 B LEADER, key+headers | publish_async | 100,000 | 125,000 | 0.80x | 1.25x "
         "| 5.0 | 4.0 |" in text
     )
-    assert "| ours 1000 tasks (await publish) | 0.60x (0.60-0.60x) | 1.10x (1.10-1.10x) |" in text
+    assert (
+        "| ours 1000 tasks (await publish) | 0.60x (0.60-0.60x) | 1.10x (1.10-1.10x) | - |" in text
+    )
     # The main throughput table keeps to the pipelined clients and the peers.
     header = next(line for line in text.splitlines() if line.startswith("| ack | topology | ours"))
     assert not any(c in header for c in (*plan.SERVICES, *plan.SERVICE_CEILINGS))
 
 
-def test_ceilings_do_not_change_the_goals() -> None:
+def test_the_report_shows_the_pattern_beside_go_in_the_same_pattern() -> None:
+    text = report.markdown(_record())
+    assert "### The services' patterns beside go-liftbridge in the same pattern" in text
+    assert plan.GO_TASKS_100 in text  # named where the clients are described
+    # ours 100 tasks: 50,000 against Go's 40,000 from 100 goroutines; CPU 7.0 against 10.0.
+    row = "| 100 B LEADER | 100 tasks | 50,000 | 40,000 | 1.25x | 7.0 | 10.0 | 0.70x |"
+    assert row in text, text
+    assert "| 100 B LEADER, key+headers | 100 tasks | 50,000 | 40,000 |" in text
+    # Only the patterns with a Go peer have a row: one per configuration.
+    table = text.split("beside go-liftbridge in the same pattern")[1].split("###")[0]
+    rows_of = [line for line in table.splitlines() if line.startswith("| 100 B")]
+    assert [line.split(" | ")[1] for line in rows_of] == ["100 tasks", "100 tasks"]
+    rows = {row["pattern"]: row for row in report.ceilings(_record())}
+    assert rows[plan.OURS_TASKS_100]["ours_vs_go_peer"] == [pytest.approx(1.25)] * 2
+    assert rows[plan.OURS_BURST]["go_peer"] is None
+    assert rows[plan.OURS_BURST]["ours_vs_go_peer"] == []
+
+
+def test_ceilings_and_go_peers_do_not_change_the_goals() -> None:
     record = _record()
+    context = (*plan.SERVICE_CEILINGS, *plan.GO_PEER_OF.values())
     without = {
         "meta": record["meta"],
-        "cases": [c for c in record["cases"] if c["client"] not in plan.SERVICE_CEILINGS],
+        "cases": [c for c in record["cases"] if c["client"] not in context],
     }
     assert report.targets(record) == report.targets(without)
     assert all(t["status"] in ("met", "missed", "not measured") for t in report.targets(record))
