@@ -26,10 +26,11 @@ BARE_TASKS_1000 = "bare 1000 tasks"
 SERVICE_CEILINGS = (BARE_BURST, BARE_TASKS_100, BARE_TASKS_1000)
 CEILING_OF = dict(zip(SERVICES, SERVICE_CEILINGS, strict=True))
 # go-liftbridge in the same pattern: goroutines looping on its blocking Publish. Only the
-# 100-task pattern has a Go peer: 1,000 goroutines calling Publish at once stall
-# go-liftbridge v2.3.0 (its Publish calls SendMsg on one gRPC stream from every
-# goroutine, which grpc-go does not support; the sends then wait for flow-control quota
-# that never returns), and a burst of 20,000 would put even more on the stream at once.
+# 100-task pattern has a Go peer: go-liftbridge v2.3.0's Publish calls SendMsg on one
+# gRPC stream from every goroutine, which grpc-go does not support, and it stalls (the
+# sends wait for flow-control quota that never returns) once the calls in flight hold
+# more than about 64 KiB: 1,000 goroutines with 100 B values, or 100 with 1 KiB, which
+# the run reports as the peer's failure.
 GO_TASKS_100 = "go Publish, 100 goroutines"
 GO_PEER_OF = {OURS_TASKS_100: GO_TASKS_100}
 # What telemetry and serializers cost, beside "ours" (which runs with opentelemetry-api

@@ -103,7 +103,13 @@ def test_quick_mode_produces_every_case(tmp_path: Path) -> None:
         *plan.SERVICES,
         *plan.SERVICE_CEILINGS,
     } <= keyed
+    client_of = {case["id"]: case["client"] for case in record["cases"]}
     for case_id, result in got.items():
+        if client_of[case_id] == plan.GO_TASKS_100 and "error" in result:
+            # go-liftbridge's Publish from many goroutines can stall (see bench.plan): the
+            # run reports that as the peer's failure, in seconds, and goes on.
+            assert result["error"].startswith("stalled: no Publish returned"), result["error"]
+            continue
         assert "error" not in result, f"{case_id}: {result.get('error')}"
         assert result["errors"] == 0, case_id
         if "p99_ms" in result:
