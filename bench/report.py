@@ -1164,8 +1164,9 @@ def markdown(record: Record, chart_name: str = "results.png") -> str:
         "pre-encoded envelopes published with nats-py, acks only counted by a subscription "
         "callback (the ceiling the server and nats-py allow); **go PublishAsync / Publish** = "
         "go-liftbridge (gRPC); **go Publish, 100 goroutines** = 100 goroutines, each looping "
-        "on go-liftbridge's blocking `Publish` (the 100-task pattern in Go); **gufo publish_bulk / publish** = gufo-liftbridge (gRPC); "
-        "**+uvloop** = the same Python client on uvloop.",
+        "on go-liftbridge's blocking `Publish` (the 100-task pattern in Go); **gufo "
+        "publish_bulk / publish** = gufo-liftbridge (gRPC); **+uvloop** = the same Python "
+        "client on uvloop.",
     ]
     lines += _method()
     lines += _publish_tables(cases)
