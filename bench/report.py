@@ -128,6 +128,11 @@ def _label(key: Config) -> str:
     return f"{key[2]} part, RF {key[3]}" + (", key+headers" if key[4] else "")
 
 
+def _pattern_label(key: Config) -> str:
+    """A services' configuration (always 1 partition, RF 1) by size and ack policy."""
+    return f"{_size(key[0])} {key[1]}" + (", key+headers" if key[4] else "")
+
+
 def _gufo_best(pub: list[Record], **match: Any) -> tuple[float | None, str]:
     best: tuple[float | None, str] = (None, "")
     for client in (plan.GUFO_BULK, plan.GUFO_UNARY):
@@ -451,7 +456,7 @@ def _services_table(cases: list[Record]) -> list[str]:
     patterns += [(p.removeprefix("ours "), p, plan.CEILING_OF[p]) for p in plan.SERVICES]
     for key in configs:
         m = _m(key)
-        label = f"{_size(key[0])} {key[1]}" + (", key+headers" if key[4] else "")
+        label = _pattern_label(key)
         publish_async = _rate(pub, plan.OURS, **m)
         for name, client, ceiling in patterns:
             ours_c, bare_c = _find(pub, client, **m), _find(pub, ceiling, **m)
@@ -492,7 +497,7 @@ def _go_patterns_table(cases: list[Record]) -> list[str]:
     ]
     for key in configs:
         m = _m(key)
-        label = f"{_size(key[0])} {key[1]}" + (", key+headers" if key[4] else "")
+        label = _pattern_label(key)
         for pattern, go in pairs:
             ours_c, go_c = _find(pub, pattern, **m), _find(pub, go, **m)
             out.append(
