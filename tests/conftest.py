@@ -9,6 +9,10 @@ cannot (``@pytest.mark.processes_only("why")``, which skips it with that reason)
 that quietly started a LocalCluster instead would pass on processes unnoticed, so here
 that start fails the test with what to do.
 
+With ``LIFTBRIDGE_NATS_TEST_INSTALLED=1`` (the release checks, which test the built wheel
+in a venv of its own) the run stops at once if ``liftbridge_nats`` was imported from the
+checkout rather than from that venv.
+
 Fixtures shared by several folders: ``jwt_hub_cluster`` (NATS in operator mode, for
 creds-file logins), and ``traced``, ``metered`` and ``metric_values`` (OpenTelemetry
 SDK providers read in memory).
@@ -16,8 +20,10 @@ SDK providers read in memory).
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,14 +33,25 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import liftbridge_nats
 from liftbridge_nats.testing import LocalCluster
 from liftbridge_nats.testing._backend import CONTAINERS, selected_backend
 from liftbridge_nats.testing._jwt import OperatorHub, operator_hub_cluster
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if os.environ.get("LIFTBRIDGE_NATS_TEST_INSTALLED") == "1":
+        package = Path(liftbridge_nats.__file__).resolve()
+        if ROOT in package.parents:
+            raise pytest.UsageError(
+                f"LIFTBRIDGE_NATS_TEST_INSTALLED=1 but liftbridge_nats was imported from the "
+                f"checkout ({package}): run the venv's pytest script, not `python -m pytest`, "
+                "so that the installed package is the one tested"
+            )
 
 
 @pytest.fixture(autouse=True)
