@@ -14,7 +14,8 @@ in three flags read the way aiokafka's errors are read:
     refresh it before trying again. The client's own retries do.
 
 Code that decides what to do next reads the flags, not the class tree. The flags are
-class attributes; the table in the README lists them for every class.
+class attributes; the table of the errors guide (docs/errors.md) lists them for
+every class.
 
 Errors also say who raised them, as h11 splits its protocol errors: a
 :class:`LocalError` was raised by the SDK itself (an argument refused before sending, a
@@ -82,11 +83,18 @@ __all__ = [
 
 
 class LiftbridgeError(Exception):
-    """Base of every error raised by liftbridge-nats; see the module docs for the flags."""
+    """Base of every error raised by liftbridge-nats; its three flags say what to do next."""
 
     maybe_stored: ClassVar[bool] = False
+    """The call may have taken effect although it failed (the message stored, the stream
+    created): a blind re-send may store it twice; a publish with ``expected_offset``
+    cannot."""
     retriable: ClassVar[bool] = False
+    """The same call, made again after a pause, can succeed with no change on the
+    caller's side."""
     invalid_metadata: ClassVar[bool] = False
+    """The cached cluster metadata (leaders, brokers, streams) is probably stale: refresh
+    it before trying again (the client's own retries do)."""
 
 
 # ------------------------------------------------------------------ who raised it

@@ -38,9 +38,13 @@ __all__ = [
 ]
 
 MAGIC = b"\xb9\x0e\x43\xb4"
+"""The four bytes that open every envelope; a NATS message without them is a plain value."""
 VERSION = 0
+"""The envelope version: 0 is the only one, and :func:`decode` refuses any other."""
 HEADER_LEN = 8
+"""Length of a header without a CRC-32C: where the payload starts."""
 CRC_HEADER_LEN = 12
+"""Length of a header with a CRC-32C of the payload."""
 FLAG_CRC = 0x01
 
 _CRC = struct.Struct(">I")

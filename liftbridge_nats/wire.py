@@ -37,6 +37,8 @@ __all__ = [
 ]
 
 NO_OFFSET_CHECK = -1
+"""The expected offset that means "no check", sent unless the caller asks for an offset
+(proto3's default 0 would mean "store only at offset 0")."""
 _UINT64 = 1 << 64
 
 

@@ -33,7 +33,7 @@ ENV_NATS_URL = "LIFTBRIDGE_NATS_URL"
 ENV_BROKERS = "LIFTBRIDGE_BROKERS"
 ENV_STATE_FILE = "LIFTBRIDGE_NATS_STATE_FILE"
 
-# Exit statuses (documented in the README's CLI section).
+# Exit statuses (documented in the CLI guide, docs/cli.md).
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2

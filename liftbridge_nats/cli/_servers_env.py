@@ -2,7 +2,8 @@
 
 ``eval "$(liftbridge-nats servers env)"`` points the current shell, and every program it
 starts, at the cluster of ``servers start``: the CLI reads ``LIFTBRIDGE_NATS_URL`` and
-``LIFTBRIDGE_BROKERS``, and so can a user's own script (the README's Quick look does).
+``LIFTBRIDGE_BROKERS``, and so can a user's own script (the README's first example
+does).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ by offsets planned on the driver), writes through the NATS-native
 :class:`~liftbridge_nats.Publisher` with acks. Every Spark callback that
 talks to Liftbridge runs its own asyncio event loop. The options follow Spark's Kafka
 source (several streams by list or pattern, offsets and times to start and end at,
-``failOnDataLoss``, ``includeHeaders``, TLS and NATS credentials); the README has them in
-one table beside Kafka's.
+``failOnDataLoss``, ``includeHeaders``, TLS and NATS credentials); the Spark guide
+(docs/spark.md) has them in one table beside Kafka's. In short::
 
     from liftbridge_nats.spark import LiftbridgeDataSource
     spark.dataSource.register(LiftbridgeDataSource)

@@ -14,8 +14,8 @@ from liftbridge_nats.testing._cluster import LocalCluster
 from liftbridge_nats.testing._containers import ContainerCluster
 from liftbridge_nats.testing._install import DEFAULT_LIFTBRIDGE_VERSION
 
-# Either kind of test cluster; both offer the same addresses, faults and logs.
 Cluster: TypeAlias = LocalCluster | ContainerCluster
+"""Either kind of test cluster; both offer the same addresses, faults and logs."""
 
 BACKEND_ENV = "LIFTBRIDGE_NATS_BACKEND"
 PROCESSES = "processes"

@@ -21,6 +21,7 @@ from pathlib import Path
 from liftbridge_nats import ServerStartError
 
 DEFAULT_LIFTBRIDGE_VERSION = "v1.9.0"
+"""The Liftbridge release the harness builds and runs unless told another."""
 _LIFTBRIDGE_MODULE = "github.com/liftbridge-io/liftbridge"
 _GO_HINT = (
     "Install Go >= 1.21 (https://go.dev/dl/) so the harness can build Liftbridge, "

@@ -1,4 +1,5 @@
-"""The README's ContainerCluster example passes as pasted, in an empty folder."""
+"""The ContainerCluster example of the testing guide (docs/testing.md) passes as pasted,
+in an empty folder, with the guide's pytest.ini."""
 
 from __future__ import annotations
 
@@ -10,22 +11,21 @@ from typing import Any
 
 import pytest
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+TESTING_GUIDE = Path(__file__).resolve().parents[2] / "docs/testing.md"
 
 pytestmark = pytest.mark.timeout(300)
 
 
 def _section(heading: str) -> str:
-    text = README.read_text()
+    text = TESTING_GUIDE.read_text()
     section = text[text.index(heading + "\n") + len(heading) :]
-    return section[: section.index("\n## ")]
+    return section.split("\n## ", 1)[0]
 
 
-def test_readme_container_example_passes(docker_engine: Any, tmp_path: Path) -> None:
-    testing = _section("## Testing your own code")
-    ini = re.findall(r"```ini\n(.*?)```", testing, re.S)[0]
-    code = re.findall(r"```python\n(.*?)```", testing.split("### In Docker containers")[1], re.S)
-    assert len(code) == 1, "the README's container section has one Python block"
+def test_guide_container_example_passes(docker_engine: Any, tmp_path: Path) -> None:
+    ini = re.findall(r"```ini\n(.*?)```", _section("## The pytest plugin"), re.S)[0]
+    code = re.findall(r"```python\n(.*?)```", _section("## In Docker containers"), re.S)
+    assert len(code) == 1, "the guide's container section has one Python block"
     (tmp_path / "pytest.ini").write_text(ini)
     (tmp_path / "test_containers_example.py").write_text(code[0])
     done = subprocess.run(

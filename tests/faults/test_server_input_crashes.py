@@ -1,9 +1,9 @@
 """The inputs that crash Liftbridge v1.9.0, sent raw (bypassing the SDK's checks) to a
 throwaway 1-node cluster each: the broker panics, and panics again when restarted,
 because the request stays in its Raft log. The same arguments given to the SDK raise
-``InvalidArgumentError`` before anything is sent. These are the facts behind the
-README's "Server behaviours worth knowing"; if a server version stops crashing, this
-test fails and the README and the guards can be revisited."""
+``InvalidArgumentError`` before anything is sent. These are the facts behind "Server
+behaviours worth knowing" (docs/server-behaviours.md); if a server version stops
+crashing, this test fails and that page and the guards can be revisited."""
 
 from __future__ import annotations
 

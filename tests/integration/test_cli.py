@@ -126,20 +126,25 @@ def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         assert out.startswith("usage: liftbridge-nats"), path
 
 
-def test_readme_command_lines_parse() -> None:
-    """Every ``$ ... liftbridge-nats ...`` line of the README is a valid command line."""
+def test_documented_command_lines_parse() -> None:
+    """Every ``$ ... liftbridge-nats ...`` line of the README and of the guides (the CLI's
+    own, docs/cli.md, among them) is a valid command line."""
     import shlex
 
-    readme = Path(__file__).resolve().parents[2] / "README.md"
+    root = Path(__file__).resolve().parents[2]
+    pages = [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    assert root / "docs/cli.md" in pages
     lines = [
         # `eval "$(liftbridge-nats servers env)"`: the command inside the substitution.
         line.split("liftbridge-nats", 1)[1].split(")", 1)[0]
         if "$(liftbridge-nats " in line
         else line.split("liftbridge-nats", 1)[1]
-        for line in readme.read_text().splitlines()
+        for page in pages
+        if "_build" not in page.parts
+        for line in page.read_text().splitlines()
         if line.startswith("$ ") and "liftbridge-nats " in line
     ]
-    assert len(lines) >= 10
+    assert len(lines) >= 20
     parser = build_parser()
     for line in lines:
         # A drifted line makes argparse exit (SystemExit), which fails the test.

@@ -1,5 +1,6 @@
 """What a new user mistypes gets a clear answer: wrong argument types name the argument,
-a publish to a readonly stream says so, and the README's pytest example runs as shown."""
+a publish to a readonly stream says so, and the pytest example of the testing guide
+(docs/testing.md) runs as shown."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from liftbridge_nats import (
 )
 from liftbridge_nats.testing import LocalCluster
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+TESTING_GUIDE = Path(__file__).resolve().parents[2] / "docs/testing.md"
 
 # Values of the wrong type on purpose, since the SDK must refuse them at run time: Any is
 # how they get past its typed signatures.
@@ -115,17 +116,18 @@ async def test_publish_to_a_readonly_stream_says_readonly(
     assert ack is not None and ack.offset == 0
 
 
-def _readme_blocks() -> tuple[str, str]:
-    section = README.read_text().split("## Testing your own code", 1)[1].split("\n## ", 1)[0]
+def _guide_blocks() -> tuple[str, str]:
+    text = TESTING_GUIDE.read_text()
+    section = text.split("## The pytest plugin\n", 1)[1].split("\n## ", 1)[0]
     ini = re.findall(r"```ini\n(.*?)```", section, re.S)
     code = re.findall(r"```python\n(.*?)```", section, re.S)
-    assert ini and code, "the README's testing section lost its pytest.ini or its test"
+    assert ini and code, "the testing guide's pytest section lost its pytest.ini or its test"
     return ini[0], code[0]
 
 
 @pytest.mark.slow
-def test_readme_pytest_example_passes_in_an_empty_folder(tmp_path: Path) -> None:
-    ini, code = _readme_blocks()
+def test_guide_pytest_example_passes_in_an_empty_folder(tmp_path: Path) -> None:
+    ini, code = _guide_blocks()
     (tmp_path / "pytest.ini").write_text(ini)
     (tmp_path / "test_orders.py").write_text(code)
     done = subprocess.run(

@@ -1,4 +1,5 @@
-"""The error family: flags, who raised what, the code tables, and the README's table."""
+"""The error family: flags, who raised what, the code tables, and the errors guide's
+table (docs/errors.md)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from liftbridge_nats import (
 )
 from liftbridge_nats import _errors as errors
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ERRORS_GUIDE = Path(__file__).resolve().parents[2] / "docs/errors.md"
 
 # Bases that both local and remote errors derive from (or that group two cases).
 BASES = {LiftbridgeError, LocalError, RemoteError, PublishError, RpcError, MessageTooLargeError}
@@ -89,15 +90,15 @@ def test_grpc_status_table() -> None:
     assert for_grpc_status(None) is ServerError
 
 
-# ---------------------------------------------------------------- the README table
+# ---------------------------------------------------------------- the guide's table
 
 _ROW = re.compile(r"^\| `(\w+)`[^|]*\| (\w+) \| (yes|no) \| (yes|no) \| (yes|no) \|")
 
 
-def _readme_rows() -> dict[str, tuple[str, bool, bool, bool]]:
-    text = README.read_text()
-    section = text[text.index("## Errors") :]
-    section = section[: section.index("\n## ", 1)]
+def _guide_rows() -> dict[str, tuple[str, bool, bool, bool]]:
+    text = ERRORS_GUIDE.read_text()
+    section = text[text.index("## The errors and their flags\n") :]
+    section = section.split("\n## ", 1)[0]
     rows: dict[str, tuple[str, bool, bool, bool]] = {}
     for line in section.splitlines():
         match = _ROW.match(line)
@@ -107,8 +108,8 @@ def _readme_rows() -> dict[str, tuple[str, bool, bool, bool]]:
     return rows
 
 
-def test_readme_table_lists_every_error_with_its_flags() -> None:
-    rows = _readme_rows()
+def test_guide_table_lists_every_error_with_its_flags() -> None:
+    rows = _guide_rows()
     expected = {}
     for cls in CLASSES:
         if cls in (LiftbridgeError, LocalError, RemoteError):

@@ -72,9 +72,13 @@ def test_every_public_name_shows_as_the_roots() -> None:
     assert typing.get_type_hints(liftbridge_nats.Message)["offset"] is int
 
 
-def test_examples_and_readme_import_public_modules_only() -> None:
+def test_examples_readme_and_guides_import_public_modules_only() -> None:
     sources = {p.name: p.read_text() for p in sorted((ROOT / "examples").glob("*.py"))}
     sources["README.md"] = (ROOT / "README.md").read_text()
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        if "_build" not in page.parts:
+            sources[str(page.relative_to(ROOT))] = page.read_text()
+    assert "docs/publishing.md" in sources
     imports = 0
     for where, text in sources.items():
         for module in _IMPORT.findall(text):
