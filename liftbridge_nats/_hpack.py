@@ -1,9 +1,23 @@
 """HPACK (RFC 7541), the header compression of HTTP/2: what a gRPC reader needs of it.
 
 Sans-IO. The decoder is complete (static and dynamic tables, size updates, Huffman
-strings), because the server's encoder may use any of it. The encoder only writes
-literals that touch no table, which every decoder accepts and which keeps our side of
-the connection state-free: a request carries a handful of short headers once per call.
+strings), because the server's encoder may use any of it, and strict: what RFC 7541
+calls a decoding error raises :class:`HpackError` (for HTTP/2 a connection error,
+COMPRESSION_ERROR): an index of 0 or past the tables; a dynamic table size update
+above the size we allow (our SETTINGS_HEADER_TABLE_SIZE) or after the block's first
+field; an integer of more than 5 bytes after its prefix; an integer or a string cut
+short by the end of the block; a Huffman string that contains EOS, or ends in padding
+longer than 7 bits or not all ones.
+
+Huffman strings are decoded by a state machine over 4-bit steps (two table look-ups a
+byte), built at import from the code's lengths. A block's header list is bounded
+(``max_header_list_size``, counted as RFC 7541 4.1 counts entries): decoding stops
+as soon as the list passes the bound (:class:`HeaderListTooLarge`), so a block of
+references to a large table entry costs no more than the bound allows.
+
+The encoder only writes literals that touch no table, which every decoder accepts and
+which keeps our side of the connection state-free: a request carries a handful of
+short headers once per call.
 """
 
 from __future__ import annotations
@@ -11,11 +25,20 @@ from __future__ import annotations
 from collections import deque
 from typing import Final
 
-__all__ = ["HpackDecoder", "HpackError", "encode_headers"]
+__all__ = ["HeaderListTooLarge", "HpackDecoder", "HpackError", "encode_headers", "huffman_decode"]
 
 
 class HpackError(Exception):
     """A header block that cannot be decoded: a connection error (COMPRESSION_ERROR)."""
+
+
+class HeaderListTooLarge(HpackError):
+    """A header block whose fields add up to more than the decoder's
+    ``max_header_list_size``: decoding stopped there (the connection cannot go on)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"header list above the {limit} bytes allowed")
+        self.limit = limit
 
 
 # RFC 7541 Appendix A: the static table, index 1 first.
@@ -108,48 +131,97 @@ _HUFFMAN_LENGTHS: Final[tuple[int, ...]] = (
 _EOS: Final = 256
 
 
-def _huffman_codes() -> dict[tuple[int, int], int]:
-    """``(length, code) -> symbol`` for the canonical code of :data:`_HUFFMAN_LENGTHS`."""
+def _huffman_codes() -> list[tuple[int, int]]:
+    """``(code, length)`` of each symbol, for the canonical code of :data:`_HUFFMAN_LENGTHS`."""
     order = sorted(range(len(_HUFFMAN_LENGTHS)), key=lambda s: (_HUFFMAN_LENGTHS[s], s))
-    table: dict[tuple[int, int], int] = {}
+    codes = [(0, 0)] * len(_HUFFMAN_LENGTHS)
     code = -1
     length = _HUFFMAN_LENGTHS[order[0]]
     for symbol in order:
         code = (code + 1) << (_HUFFMAN_LENGTHS[symbol] - length)
         length = _HUFFMAN_LENGTHS[symbol]
-        table[(length, code)] = symbol
-    return table
+        codes[symbol] = (code, length)
+    return codes
 
 
-_HUFFMAN: Final = _huffman_codes()
-_SHORTEST: Final = min(_HUFFMAN_LENGTHS)
+# Huffman decoding is a state machine over 4-bit steps (as nghttp2 does it). A state
+# is an inner node of the code tree, 0 the root; every code is at least 5 bits long,
+# so a step ends at most one symbol. _DEAD is where EOS leads: it never leaves it.
+# An entry of _HUFFMAN_STEPS, indexed by ``state * 16 + nibble``, packs the next state
+# (times 16, ready to index with the next nibble) above bit 9, a "symbol ends here"
+# flag in bit 8 and the symbol in bits 0-7.
+_EMIT: Final = 0x100
+
+
+def _huffman_machine() -> tuple[list[int], frozenset[int], int]:
+    children: list[list[int]] = [[-1, -1]]  # inner nodes; a leaf is stored as ~symbol
+    depth = [0]
+    ones = [True]  # whether the path from the root is all 1 bits
+    for symbol, (code, length) in enumerate(_huffman_codes()):
+        node = 0
+        for i in range(length - 1, -1, -1):
+            bit = (code >> i) & 1
+            if i == 0:
+                children[node][bit] = ~symbol
+            else:
+                if children[node][bit] < 0:
+                    children[node][bit] = len(children)
+                    depth.append(depth[node] + 1)
+                    ones.append(ones[node] and bit == 1)
+                    children.append([-1, -1])
+                node = children[node][bit]
+    dead = len(children)
+    steps = [0] * ((dead + 1) * 16)
+    for state in range(dead + 1):
+        for nibble in range(16):
+            node = state
+            entry = 0
+            for shift in (3, 2, 1, 0):
+                if node == dead:
+                    break
+                child = children[node][(nibble >> shift) & 1]
+                if child >= 0:
+                    node = child
+                elif ~child == _EOS:
+                    node = dead  # EOS inside a string is an error (RFC 7541 5.2)
+                else:
+                    entry = _EMIT | ~child
+                    node = 0
+            steps[state * 16 + nibble] = (node * 16) << 9 | entry
+    # A string may end inside a code only on padding: at most 7 bits, all ones (the
+    # first bits of EOS).
+    accepting = frozenset(s * 16 for s in range(dead) if ones[s] and depth[s] <= 7)
+    return steps, accepting, dead * 16
+
+
+_HUFFMAN_STEPS, _HUFFMAN_ACCEPTING, _HUFFMAN_DEAD = _huffman_machine()
 
 
 def huffman_decode(data: bytes | memoryview) -> bytes:
-    """Decode a Huffman-coded string (headers are short: a bit at a time is fine)."""
+    """Decode a Huffman-coded string (RFC 7541 5.2): two table steps per byte."""
     out = bytearray()
-    code = 0
-    length = 0
+    append = out.append
+    steps = _HUFFMAN_STEPS
+    state = 0
     for byte in data:
-        for shift in range(7, -1, -1):
-            code = (code << 1) | ((byte >> shift) & 1)
-            length += 1
-            if length < _SHORTEST:
-                continue
-            symbol = _HUFFMAN.get((length, code))
-            if symbol is None:
-                if length >= 30:
-                    raise HpackError("invalid Huffman code")
-                continue
-            if symbol == _EOS:
-                raise HpackError("Huffman string contains EOS")
-            out.append(symbol)
-            code = 0
-            length = 0
-    # What is left must be padding: fewer than 8 bits, all ones (a prefix of EOS).
-    if length > 7 or code != (1 << length) - 1:
-        raise HpackError("invalid Huffman padding")
+        entry = steps[state | (byte >> 4)]
+        if entry & _EMIT:
+            append(entry & 0xFF)
+        entry = steps[(entry >> 9) | (byte & 0xF)]
+        if entry & _EMIT:
+            append(entry & 0xFF)
+        state = entry >> 9
+    if state not in _HUFFMAN_ACCEPTING:
+        if state == _HUFFMAN_DEAD:
+            raise HpackError("Huffman string contains EOS")
+        raise HpackError("invalid Huffman padding (more than 7 bits, or not all ones)")
     return bytes(out)
+
+
+# An integer takes at most this many bytes after its prefix (as many as the hpack
+# package allows): values up to 2**35, far above any index, string length or table
+# size a block can hold.
+_INTEGER_BYTES: Final = 5
 
 
 def _integer(data: bytes, pos: int, prefix: int) -> tuple[int, int]:
@@ -160,41 +232,41 @@ def _integer(data: bytes, pos: int, prefix: int) -> tuple[int, int]:
     if value < mask:
         return value, pos
     shift = 0
-    while True:
-        if pos >= len(data):
+    end = len(data)
+    while shift < 7 * _INTEGER_BYTES:
+        if pos >= end:
             raise HpackError("truncated integer")
         byte = data[pos]
         pos += 1
         value += (byte & 0x7F) << shift
-        shift += 7
         if not byte & 0x80:
             return value, pos
-        if shift > 28:
-            raise HpackError("integer too large")
-
-
-def _string(data: bytes, pos: int) -> tuple[str, int]:
-    if pos >= len(data):
-        raise HpackError("truncated string")
-    huffman = data[pos] & 0x80
-    length, pos = _integer(data, pos, 7)
-    end = pos + length
-    if end > len(data):
-        raise HpackError("truncated string")
-    raw = data[pos:end]
-    # Header values are ASCII in gRPC; latin-1 maps any byte without failing.
-    return (huffman_decode(raw) if huffman else raw).decode("latin-1"), end
+        shift += 7
+    raise HpackError("integer too large")
 
 
 class HpackDecoder:
-    """Decodes header blocks of one connection, in the order they arrive."""
+    """Decodes header blocks of one connection, in the order they arrive.
 
-    def __init__(self, max_table_size: int = 4096) -> None:
+    ``max_table_size`` is the most the dynamic table may hold (what our
+    SETTINGS_HEADER_TABLE_SIZE allows); ``max_header_list_size`` bounds one decoded
+    block, counted as RFC 7541 4.1 counts an entry (name and value octets plus 32 per
+    field): decoding stops with :class:`HeaderListTooLarge` as soon as a block passes
+    it (a string whose length alone passes it is not decoded at all).
+    """
+
+    def __init__(self, max_table_size: int = 4096, max_header_list_size: int = 65536) -> None:
         # The most our SETTINGS allow; the encoder may choose less (a size update).
         self._max_allowed = max_table_size
         self._max_size = max_table_size
+        self._max_list = max_header_list_size
         self._size = 0
         self._table: deque[tuple[str, str]] = deque()  # newest first
+
+    @property
+    def table_size(self) -> int:
+        """The dynamic table's size now (RFC 7541 4.1)."""
+        return self._size
 
     def _entry(self, index: int) -> tuple[str, str]:
         if 0 < index <= len(_STATIC):
@@ -219,19 +291,28 @@ class HpackDecoder:
             self._size = 0
 
     def decode(self, block: bytes) -> list[tuple[str, str]]:
-        """Decode one complete header block into ``(name, value)`` pairs."""
+        """Decode one complete header block into ``(name, value)`` pairs.
+
+        Raises :class:`HpackError` for a block that breaks RFC 7541 and
+        :class:`HeaderListTooLarge` for one above ``max_header_list_size``.
+        """
         headers: list[tuple[str, str]] = []
         pos = 0
         end = len(block)
+        room = self._max_list  # what the list may still take
         seen_field = False
         while pos < end:
             byte = block[pos]
             if byte & 0x80:  # indexed field
                 index, pos = _integer(block, pos, 7)
-                headers.append(self._entry(index))
+                field = self._entry(index)
+                room -= len(field[0]) + len(field[1]) + 32
+                if room < 0:
+                    raise HeaderListTooLarge(self._max_list)
+                headers.append(field)
                 seen_field = True
             elif byte & 0x40:  # literal, added to the dynamic table
-                name, value, pos = self._literal(block, pos, 6)
+                name, value, pos, room = self._literal(block, pos, 6, room)
                 headers.append((name, value))
                 self._add(name, value)
                 seen_field = True
@@ -244,20 +325,47 @@ class HpackDecoder:
                 self._max_size = size
                 self._evict(size)
             else:  # literal, not indexed (0000) or never indexed (0001)
-                name, value, pos = self._literal(block, pos, 4)
+                name, value, pos, room = self._literal(block, pos, 4, room)
                 headers.append((name, value))
                 seen_field = True
         return headers
 
-    def _literal(self, block: bytes, pos: int, prefix: int) -> tuple[str, str, int]:
-        """A literal field: its name (indexed, or a string) and its value."""
+    def _literal(self, block: bytes, pos: int, prefix: int, room: int) -> tuple[str, str, int, int]:
+        """A literal field: its name (indexed, or a string) and its value; the room
+        left in the header list once it is counted."""
         index, pos = _integer(block, pos, prefix)
+        room -= 32
         if index:
             name = self._entry(index)[0]
+            room -= len(name)
         else:
-            name, pos = _string(block, pos)
-        value, pos = _string(block, pos)
-        return name, value, pos
+            name, pos, room = self._string(block, pos, room)
+        value, pos, room = self._string(block, pos, room)
+        return name, value, pos, room
+
+    def _string(self, data: bytes, pos: int, room: int) -> tuple[str, int, int]:
+        """A string literal at ``pos``: (text, next pos, room left in the list)."""
+        if pos >= len(data):
+            raise HpackError("truncated string")
+        huffman = data[pos] & 0x80
+        length, pos = _integer(data, pos, 7)
+        end = pos + length
+        if end > len(data):
+            raise HpackError("truncated string")
+        if huffman:
+            # A code is at most 30 bits: the string is at least this long once decoded.
+            if length * 8 // 30 > room:
+                raise HeaderListTooLarge(self._max_list)
+            raw = huffman_decode(data[pos:end])
+        else:
+            if length > room:
+                raise HeaderListTooLarge(self._max_list)
+            raw = data[pos:end]
+        room -= len(raw)
+        if room < 0:
+            raise HeaderListTooLarge(self._max_list)
+        # Header values are ASCII in gRPC; latin-1 maps any byte without failing.
+        return raw.decode("latin-1"), end, room
 
 
 def _encode_integer(value: int, prefix: int, first: int) -> bytes:

@@ -7,6 +7,13 @@ that breaks, so that each subscription finds out and resubscribes. A broker that
 says GOAWAY keeps its running calls and gets a new connection for new ones.
 No thread is involved: the event loop reads every connection.
 
+A broker that breaks HTTP/2 (see :mod:`._h2` for what is checked) gets a GOAWAY with
+the error's code and its connection is dropped; every call on it ends as UNAVAILABLE
+(a malformed call alone ends as INTERNAL), so that each subscription finds out and
+resubscribes. So is a broker that leaves more than 1 MiB of what it made us send
+(PING answers, resets) unread. The SETTINGS we send are :mod:`._h2`'s: no push, a
+16 KiB initial window (each call opens its own at once), a 64 KiB header list.
+
 A connection lost under running calls, or one that cannot be opened, is logged at
 WARNING under ``liftbridge_nats.subscription`` (once per connection; failures to
 connect at most every 10 s).
@@ -41,6 +48,8 @@ SUBSCRIBE_PATH = "/proto.API/Subscribe"
 # How long closing waits for a connection's transport to go (a TLS close exchanges
 # close_notify with the broker) before it aborts the transport.
 _CLOSE_WAIT = 1.0
+# The most bytes a connection may have waiting to be written before it is dropped.
+_MAX_WRITE_BACKLOG = 1024 * 1024
 
 _log = get_logger("subscription")
 # A broker that is down is tried again by every subscription that needs it.
@@ -164,9 +173,30 @@ class _Connection(asyncio.Protocol):
         try:
             self.h2.receive(data)
         except H2ProtocolError as exc:
-            self._abort(f"the broker broke the HTTP/2 protocol: {exc}")
+            # The calls have ended (UNAVAILABLE) and a GOAWAY with the error's code is
+            # queued: send it, then drop the connection.
+            self._abort(f"the broker broke the HTTP/2 protocol ({exc.code_name}): {exc}")
+            return
+        except Exception as exc:  # a bug of ours: end the calls, never the event loop
+            _log.error(
+                "reading from broker %s failed (%s: %s); dropping the connection",
+                redact(self.address),
+                type(exc).__name__,
+                exc,
+                exc_info=True,
+            )
+            self._abort(f"reading the connection failed: {type(exc).__name__}: {exc}")
             return
         self.flush()
+        transport = self._transport
+        if transport is not None and transport.get_write_buffer_size() > _MAX_WRITE_BACKLOG:
+            # Our writes are a few small frames a call; a backlog this large means a
+            # broker that sends frames to be answered (PINGs, say) and reads nothing.
+            self._abort(
+                f"the broker reads nothing of what it makes us send "
+                f"({transport.get_write_buffer_size()} bytes waiting)"
+            )
+            return
         self.close_if_idle()
 
     def eof_received(self) -> bool | None:
@@ -209,6 +239,9 @@ class _Connection(asyncio.Protocol):
             self.close()
 
     def _abort(self, detail: str) -> None:
+        """Drop a connection the broker broke: its calls end (UNAVAILABLE), what the
+        protocol queued (a GOAWAY) is written, and the transport closes, at once or
+        after :data:`_CLOSE_WAIT` if the broker does not take those bytes."""
         _log.warning(
             "dropping the connection to broker %s: %s; its subscriptions subscribe again",
             redact(self.address),
@@ -217,8 +250,15 @@ class _Connection(asyncio.Protocol):
         self._broken = True
         self._pool.forget(self)
         self.h2.connection_lost(detail)
-        if self._transport is not None:
-            self._transport.abort()
+        transport = self._transport
+        if transport is None:
+            return
+        self.flush()
+        transport.close()  # reads nothing more; writes the GOAWAY first
+        lost = self._lost
+        if lost is not None and not lost.done():
+            handle = asyncio.get_running_loop().call_later(_CLOSE_WAIT, transport.abort)
+            lost.add_done_callback(lambda _: handle.cancel())
 
     def close(self) -> None:
         """Say GOAWAY and close (calls still open end as the transport goes)."""

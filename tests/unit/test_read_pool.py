@@ -5,6 +5,7 @@ refuse or drop connections."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
@@ -157,3 +158,164 @@ async def test_a_dropped_connection_ends_the_call_as_unavailable() -> None:
     # A closed pool starts nothing.
     with pytest.raises(ClientClosedError):
         pool.subscribe(f"127.0.0.1:{port}", b"req", skip_through=None)
+
+
+# ---------------------------------------------------------------------- brokers that misbehave
+
+
+def frames_of(data: bytes) -> list[tuple[int, int, int, bytes]]:
+    """(type, flags, stream, payload) of each whole frame in ``data``."""
+    out = []
+    pos = 0
+    while len(data) - pos >= 9:
+        length = int.from_bytes(data[pos : pos + 3], "big")
+        if len(data) - pos - 9 < length:
+            break
+        stream = int.from_bytes(data[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+        out.append((data[pos + 3], data[pos + 4], stream, data[pos + 9 : pos + 9 + length]))
+        pos += 9 + length
+    return out
+
+
+class RawBroker(asyncio.Protocol):
+    """Answers the first request with ``script`` (raw bytes: our own server preface,
+    response, and whatever breaks the protocol); keeps what the client sends."""
+
+    def __init__(self, script: bytes, *, read: bool = True) -> None:
+        self.script = script
+        self.read = read
+        self.received = bytearray()
+        self.answered = False
+        self.closed = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.received += data
+        preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+        if not self.answered and len(self.received) > len(preface):
+            frames = frames_of(bytes(self.received[len(preface) :]))
+            if any(ftype == 0x0 and flags & 0x1 for ftype, flags, _, _ in frames):
+                self.answered = True
+                if not self.read:
+                    self.transport.pause_reading()
+                self.transport.write(self.script)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def goaways(self) -> list[int]:
+        data = bytes(self.received[24:])
+        return [int.from_bytes(p[4:8], "big") for t, _, _, p in frames_of(data) if t == 0x7]
+
+
+def h2_frame(ftype: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    return (
+        len(payload).to_bytes(3, "big")
+        + bytes([ftype, flags])
+        + stream.to_bytes(4, "big")
+        + payload
+    )
+
+
+SERVER_PREFACE = h2_frame(0x4, 0, 0) + h2_frame(0x4, 0x1, 0)
+# :status 200, content-type: application/grpc (literals, no table).
+RESPONSE = h2_frame(0x1, 0x4, 1, b"\x88\x0f\x10\x10application/grpc")
+
+
+async def misbehave(script: bytes, *, read: bool = True) -> tuple[StreamEnd, RawBroker]:
+    made: list[RawBroker] = []
+
+    def factory() -> RawBroker:
+        made.append(RawBroker(script, read=read))
+        return made[-1]
+
+    # A small receive buffer: a broker that reads nothing takes little into the kernel.
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.bind(("127.0.0.1", 0))
+    srv = await asyncio.get_running_loop().create_server(factory, sock=sock)
+    port = srv.sockets[0].getsockname()[1]
+    pool = ReadPool(None)
+    try:
+        reader = pool.subscribe(f"127.0.0.1:{port}", b"req", skip_through=None)
+        while True:
+            item = await take(reader)
+            if isinstance(item, StreamEnd):
+                break
+        await asyncio.wait_for(made[0].closed, 5)  # the connection is dropped
+        return item, made[0]
+    finally:
+        await pool.close()
+        srv.close()
+        await srv.wait_closed()
+
+
+@pytest.mark.parametrize(
+    ("script", "code"),
+    [
+        pytest.param(h2_frame(0x0, 0, 1, b"\x00" * 20_000), 0x6, id="oversized DATA"),
+        pytest.param(h2_frame(0x4, 0, 1), 0x1, id="SETTINGS on a stream"),
+        pytest.param(
+            h2_frame(0x1, 0, 1, b"\x88") + h2_frame(0x9, 0, 1) * 100, 0xB, id="CONTINUATIONs"
+        ),
+        pytest.param(
+            b"".join(h2_frame(0x0, 0, 1, b"\x00" * 16_384) for _ in range(5)), 0x3, id="window"
+        ),
+        pytest.param(h2_frame(0x1, 0x5, 1, b"\x80"), 0x9, id="HPACK index 0"),
+    ],
+)
+async def test_a_broken_connection_ends_its_calls_and_gets_a_goaway(
+    script: bytes, code: int
+) -> None:
+    end, broker = await misbehave(SERVER_PREFACE + RESPONSE + script)
+    assert isinstance(end.error, CallStatusError)
+    assert end.error.code() is grpc.StatusCode.UNAVAILABLE
+    assert "broke the HTTP/2 protocol" in end.error.details()
+    assert broker.goaways() == [code]
+
+
+async def test_a_malformed_response_ends_the_call_as_internal() -> None:
+    bad_status = h2_frame(0x1, 0x4, 1, b"\x08\x03\xb2\x30\x30")  # :status ²00 (latin-1)
+    made: list[RawBroker] = []
+
+    def factory() -> RawBroker:
+        made.append(RawBroker(SERVER_PREFACE + bad_status))
+        return made[-1]
+
+    srv = await asyncio.get_running_loop().create_server(factory, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    pool = ReadPool(None)
+    end = await take(pool.subscribe(f"127.0.0.1:{port}", b"req", skip_through=None))
+    assert isinstance(end, StreamEnd) and isinstance(end.error, CallStatusError)
+    assert end.error.code() is grpc.StatusCode.INTERNAL
+    assert "malformed" in end.error.details()
+    await asyncio.sleep(0.05)
+    resets = [p for t, _, s, p in frames_of(bytes(made[0].received[24:])) if t == 0x3]
+    assert resets == [(1).to_bytes(4, "big")]  # RST_STREAM PROTOCOL_ERROR
+    await pool.close()
+    srv.close()
+    await srv.wait_closed()
+
+
+async def test_a_broker_that_makes_us_write_and_reads_nothing_is_dropped() -> None:
+    pings = h2_frame(0x6, 0, 0, b"12345678") * 600_000  # 10 MiB of PINGs to answer
+    end, _ = await misbehave(SERVER_PREFACE + RESPONSE + pings, read=False)
+    assert isinstance(end.error, CallStatusError)
+    assert end.error.code() is grpc.StatusCode.UNAVAILABLE
+    assert "reads nothing" in end.error.details()
+
+
+async def test_a_bug_in_reading_ends_the_calls_not_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(self: object, data: bytes) -> None:
+        raise IndexError("a bug")
+
+    monkeypatch.setattr("liftbridge_nats._h2.H2Connection.receive", broken)
+    end, _ = await misbehave(SERVER_PREFACE)
+    assert isinstance(end.error, CallStatusError)
+    assert end.error.code() is grpc.StatusCode.UNAVAILABLE
+    assert "IndexError" in end.error.details()
