@@ -15,10 +15,21 @@ deserializers (see :class:`Delivery`).
 
 Read-ahead is bounded with HTTP/2 flow control, per call: the server may send only
 as many bytes as the reader granted, and the reader grants bytes back as its
-consumer takes messages. The grant is sized so that the buffer holds at most about
-``max_messages`` messages (at the sizes seen so far) and never more than
-``max_bytes`` bytes of messages. A slow consumer therefore holds its server back
-without holding back the other calls that share the connection.
+consumer takes messages. A slow consumer therefore holds its server back without
+holding back the other calls that share the connection. The bound, exactly: what
+the server has sent on the call and the consumer has not taken yet (buffered here,
+arriving in pieces in :mod:`._h2`, or in flight), counted as sent (each message's
+protobuf bytes plus its 5-byte gRPC prefix), is at most
+
+    max(max_bytes, the largest of those messages)
+
+so ``max_bytes`` whenever every message fits in it. A message larger than
+``max_bytes`` cannot get through a window of ``max_bytes``: while one arrives, the
+window is widened to its size (never further than the connection's ``max_message``
+plus its prefix; a larger message ends the call), and it narrows back once the
+consumer has taken it. The grant also aims at about ``max_messages`` messages (at
+the mean size seen since the last grant), which bounds the count only as far as the
+sizes stay near that mean.
 
 The first message of a Subscribe (the server's empty "subscription established") is
 reported as :data:`OPENED`; the end of the call follows the last message as a
@@ -60,7 +71,8 @@ __all__ = [
 MAX_MESSAGES: Final = 4096
 """Messages buffered per subscription (about: the grant follows the sizes seen)."""
 MAX_BYTES: Final = 4 * 1024 * 1024
-"""Bytes of messages (as sent) buffered per subscription, at most."""
+"""Bytes of messages (as sent) read ahead per subscription, at most, unless a single
+message is larger (see the module docstring)."""
 MIN_WINDOW: Final = 16 * 1024
 """The smallest window a call is given, whatever the message sizes."""
 FIRST_WINDOW: Final = 64 * 1024
@@ -253,7 +265,8 @@ class StreamReader:
             self.listener()
 
     def h2_need(self, size: int) -> None:
-        """A message of ``size`` bytes is arriving in pieces: make the window fit it."""
+        """A message of ``size`` bytes is arriving in pieces: make the window fit it,
+        beyond ``max_bytes`` if it is larger (until the consumer takes it)."""
         if size > self._need:
             self._need = size
             self._grant()
@@ -291,6 +304,18 @@ class StreamReader:
     def buffered(self) -> bool:
         """Whether an item waits to be taken."""
         return bool(self._buffer)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of the messages buffered, as sent (prefix included): the part of the
+        read-ahead that arrived whole (for diagnostics and tests; it walks the buffer)."""
+        return sum(len(body) + _PREFIX for body in self._buffer if type(body) is bytes)
+
+    @property
+    def read_ahead_limit(self) -> int:
+        """What the server may have sent that the consumer has not taken, at most,
+        now: the window granted so far, less what the consumer took since."""
+        return self._credit - self._owed
 
     def peek_offset(self) -> int | None:
         """Offset of the next buffered message (decoded, not taken), None if none."""
@@ -377,8 +402,8 @@ class StreamReader:
         The target window holds about ``max_messages`` messages of the mean size seen
         since the last grant, within [MIN_WINDOW, max_bytes], and at least a message
         that is arriving in pieces (so that it gets through once the buffer is
-        drained). Nothing is granted while the buffer holds more than half of
-        ``max_messages``.
+        drained): the one way the window exceeds ``max_bytes``. Nothing is granted
+        while the buffer holds more than half of ``max_messages``.
         """
         handle = self._handle
         if handle is None or self._ended or len(self._buffer) > self._max_messages // 2:

@@ -240,9 +240,11 @@ class Subscription(Generic[V, K]):
     (the first ``__anext__`` does it otherwise), which makes NEW_ONLY subscriptions
     see everything published after it returns.
 
-    An open subscription reads ahead of the iteration, at most about 4096 messages
-    and 4 MiB; it needs no thread of its own (every subscription is read by the event
-    loop). ``aclose()`` (and closing the client) ends the server stream.
+    An open subscription reads ahead of the iteration about 4096 messages, and at
+    most 4 MiB of them (the client's ``read_ahead_messages`` and ``read_ahead_bytes``
+    change these), save for a single larger message, let through whole; it needs no
+    thread of its own (every subscription is read by the event loop). ``aclose()``
+    (and closing the client) ends the server stream.
 
     With deserializers (see :meth:`Client.subscribe`) it yields ``Message[V, K]``;
     a message they refuse is raised as a
@@ -292,6 +294,13 @@ class Subscription(Generic[V, K]):
         self._readers: list[StreamReader] = []
         weakref.finalize(self, _cancel_all, self._readers).atexit = False
         self._last_offset: int | None = None
+        # While streams break before delivering a message: the backoff (and deadline,
+        # resubscribe_wait after the first break) of that outage, and the last break.
+        # An opened stream alone does not end an outage: a broker that accepts every
+        # subscription and breaks it at once must not keep one going for ever.
+        self._outage: Backoff | None = None
+        self._break: LiftbridgeError | None = None
+        self._opened_at = 0.0  # when the current (or last) stream opened
         # An error met by _take_many after some messages: raised by the next take.
         self._error: LiftbridgeError | None = None
         # Called (on the event loop) whenever the current stream has something new.
@@ -397,6 +406,7 @@ class Subscription(Generic[V, K]):
     def _passed(self, offset: int) -> None:
         """The message at ``offset`` was delivered (or raised as undecodable)."""
         self._last_offset = offset
+        self._outage = None
         if self._stop_offset is not None and offset >= self._stop_offset:
             self._done = True
             self._drop_reader()
@@ -432,6 +442,7 @@ class Subscription(Generic[V, K]):
         except LiftbridgeError as exc:
             if out:
                 self._last_offset = out[-1].offset
+                self._outage = None
             if isinstance(exc, DeserializationError):
                 self._passed(exc.offset)  # (idempotent: _take may have done it)
             if not out:
@@ -440,6 +451,7 @@ class Subscription(Generic[V, K]):
             return out
         if out:
             self._last_offset = out[-1].offset
+            self._outage = None
         return out
 
     @property
@@ -482,10 +494,14 @@ class Subscription(Generic[V, K]):
     def _on_stream_error(self, exc: grpc.RpcError) -> None:
         code = exc.code()
         detail = (exc.details() or "").lower()
-        if code == grpc.StatusCode.CANCELLED or code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-            # Cancelled: closed by us (or with the client). Resource exhausted: the stop
-            # position (or the end of a readonly partition) was reached.
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            # The stop position (or the end of a readonly partition) was reached.
             self._done = True
+            return
+        if code == grpc.StatusCode.CANCELLED:
+            # Not ours: a close by us (aclose(), or with the client) ends the stream as
+            # cancelled before this. The broker cancelled the call: subscribe again.
+            self._log_break(exc)
             return
         if (
             self._group is not None
@@ -525,6 +541,7 @@ class Subscription(Generic[V, K]):
         return label
 
     def _log_break(self, exc: grpc.RpcError) -> None:
+        self._break = rpc_error(exc, self._what())
         _log.info(
             "%s: the stream from broker %s broke after offset %s (%s: %s); subscribing again",
             self._label(),
@@ -575,14 +592,35 @@ class Subscription(Generic[V, K]):
     async def _open_retrying(self, *, first: bool) -> None:
         loop = asyncio.get_running_loop()
         began = loop.time()
-        wait = self._router.timeout if first else self._resubscribe_wait
-        backoff = Backoff(began + wait, first=0.05 if first else 0.2)
+        if first:
+            backoff = Backoff(began + self._router.timeout, first=0.05)
+        elif self._outage is None or began - self._opened_at >= self._resubscribe_wait:
+            # (A stream that stayed open that long ended the outage, even if it was
+            # quiet.)
+            backoff = self._outage = Backoff(began + self._resubscribe_wait, first=0.2)
+        else:
+            # The last resubscription opened and broke with nothing delivered: the
+            # outage goes on, and so do its backoff and its deadline.
+            backoff = self._outage
+            if not await backoff.sleep():
+                self._done = True
+                broke = self._break or NoLeaderError(
+                    f"{self._what()}: the stream keeps breaking", code="UNAVAILABLE"
+                )
+                _log.error(
+                    "%s: gave up subscribing again (resubscribe_wait): every stream broke "
+                    "before delivering a message: %s",
+                    self._label(),
+                    broke,
+                )
+                raise broke
         attempt = 0
         while True:
             err: LiftbridgeError
             try:
                 self._reader = await self._try_open(backoff.remaining())
                 self._started = True
+                self._opened_at = loop.time()
                 if not first:
                     self.resubscribes += 1
                     if self._reader is not None:

@@ -133,8 +133,8 @@ class Server:
 class Pair:
     """Our client connection and the server, bytes carried between them in memory."""
 
-    def __init__(self) -> None:
-        self.client = H2Connection("broker:9292")
+    def __init__(self, **options: Any) -> None:
+        self.client = H2Connection("broker:9292", **options)
         self.server = Server()
         self.client.initiate()
         self.pump()
@@ -495,6 +495,82 @@ async def test_read_ahead_is_bounded_in_messages() -> None:
     await read_slowly(pair, reader, stream_id, bodies, 0, 200)
     _, most_messages = await read_slowly(pair, reader, stream_id, bodies, 200, 2000)
     assert 25 < most_messages <= 50
+
+
+async def read_within_the_bound(
+    pair: Pair, reader: StreamReader, stream_id: int, bodies: list[bytes], max_bytes: int
+) -> list[int]:
+    """Take every message one by one, letting the connection run between takes, and
+    check the read-ahead bound each time: what the server sent that was not taken is
+    at most max(max_bytes, the largest of those messages), and so is what the reader
+    lets it send. Returns, for each message, what the server had sent beyond the
+    messages taken before it."""
+    costs = [len(grpc_message(body)) for body in bodies]
+    starts = [sum(costs[:i]) for i in range(len(costs) + 1)]
+    handshake = len(grpc_message(HANDSHAKE))
+    aheads = []
+    for i in range(len(bodies)):
+        pair.pump()
+        await asyncio.sleep(0)  # let a grant go out
+        pair.pump()
+        sent = pair.server.sent[stream_id] - handshake
+        ahead = sent - starts[i]
+        held = [costs[j] for j in range(i, len(costs)) if starts[j] < sent]
+        bound = max([max_bytes, *held])
+        assert ahead <= bound, f"message {i}: {ahead} bytes read ahead, above {bound}"
+        assert reader.read_ahead_limit <= bound, f"message {i}: window {reader.window}"
+        aheads.append(ahead)
+        assert cast(Message, await take(reader)).offset == i
+    return aheads
+
+
+async def test_a_message_larger_than_the_read_ahead_is_let_through_alone() -> None:
+    pair = Pair()
+    max_bytes = 64 * 1024
+    reader, stream_id = await opened(pair, max_bytes=max_bytes)
+    sizes = [1000] * 100 + [300_000] + [1000] * 100 + [200_000, 70_000] + [1000] * 50
+    bodies = [pb(i, b"x" * n) for i, n in enumerate(sizes)]
+    pair.server.send(stream_id, *bodies)
+    aheads = await read_within_the_bound(pair, reader, stream_id, bodies, max_bytes)
+    # Waiting for each large message, the read-ahead held all of it (the window was
+    # widened to its size, beyond max_bytes) and nothing after it...
+    for i in (100, 201, 202):
+        assert aheads[i] == len(grpc_message(bodies[i])) > max_bytes
+    # ... and it narrowed back once it was taken (until the next large one came).
+    assert max(aheads[101:150]) <= max_bytes and max(aheads[203:]) <= max_bytes
+    assert reader.read_ahead_limit <= max_bytes
+
+
+@pytest.mark.parametrize("seed", range(6))
+async def test_the_read_ahead_bound_holds_whatever_the_sizes(seed: int) -> None:
+    rng = random.Random(seed)
+    max_bytes = rng.choice([16 * 1024, 40 * 1024, 128 * 1024])
+    max_messages = rng.choice([2, 8, 64, 4096])
+    pair = Pair()
+    reader, stream_id = await opened(pair, max_bytes=max_bytes, max_messages=max_messages)
+    sizes = [
+        rng.randint(max_bytes // 2, 4 * max_bytes) if rng.random() < 0.1 else rng.randint(0, 3000)
+        for _ in range(150)
+    ]
+    bodies = [pb(i, b"r" * n) for i, n in enumerate(sizes)]
+    pair.server.send(stream_id, *bodies)
+    # Every message arrives (a large one never waits for a window that cannot come),
+    # and the bound holds at each step.
+    await read_within_the_bound(pair, reader, stream_id, bodies, max_bytes)
+
+
+async def test_the_read_ahead_never_widens_beyond_the_largest_message_read() -> None:
+    pair = Pair(max_message=100_000)
+    reader, stream_id = await opened(pair, max_bytes=16 * 1024)
+    fits, too_large = pb(0, b"f" * 99_000), pb(1, b"t" * 100_000)
+    assert len(fits) <= 100_000 < len(too_large)
+    pair.server.send(stream_id, fits, too_large)
+    await read_within_the_bound(pair, reader, stream_id, [fits], 16 * 1024)
+    pair.pump()
+    assert reader.read_ahead_limit <= 100_005
+    end = await take(reader)
+    assert isinstance(end, StreamEnd) and isinstance(end.error, RpcError)
+    assert "above the 100000 bytes" in str(end.error)
 
 
 async def test_a_stalled_call_does_not_hold_back_another() -> None:
