@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import logging
 
 import pytest
@@ -31,6 +32,38 @@ def test_redact(text: str, expected: str) -> None:
     assert redact(text) == expected
 
 
+# Passwords with the characters that end a URL's parts, raw and percent-encoded.
+PASSWORDS = ["p@ss", "p:ss", "p/ss", "p%ss", "p%40ss", "a@b:c/d%e@f", "%2F%3A%40%25", "x@"]
+
+
+@pytest.mark.parametrize("password", PASSWORDS)
+@pytest.mark.parametrize("scheme", ["nats", "tls", "ws", "grpc+tls"])
+def test_redact_hides_the_whole_password(scheme: str, password: str) -> None:
+    text = f"cannot reach {scheme}://alice:{password}@nats.example:4222/x, retrying"
+    assert redact(text) == f"cannot reach {scheme}://***@nats.example:4222/x, retrying"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # A token as the whole user-info, and next to other URLs.
+        ("nats://s3cr3t-t0k3n@h:4222", "nats://***@h:4222"),
+        ("nats://t0k@h1:1,nats://u:p@ss@h2:2", "nats://***@h1:1,nats://***@h2:2"),
+        # Named in a query string, a config dump, JSON, a header.
+        ("nats://h:4222/?token=abc%40def&x=1", "nats://h:4222/?token=***&x=1"),
+        ("connect(user=alice, password=p@ss:w/rd%)", "connect(user=alice, password=***"),
+        ('{"auth_token": "a b c", "user": "x"}', '{"auth_token": ***, "user": "x"}'),
+        ("client_secret: hunter2 rejected", "client_secret: *** rejected"),
+        ("Authorization: Bearer abcdefghijklmnop", "Authorization: ***"),
+        ("sent Bearer abcdefghijklmnop twice", "sent Bearer *** twice"),
+        # Words alone are no secrets.
+        ("a basic check; the token expired", "a basic check; the token expired"),
+    ],
+)
+def test_redact_hides_tokens(text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
 def test_loggers_live_under_the_package_root() -> None:
     assert get_logger("publisher").name == "liftbridge_nats.publisher"
     assert get_logger("liftbridge_nats.acks").name == "liftbridge_nats.acks"
@@ -54,6 +87,56 @@ def test_no_secret_reaches_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
     assert "s3cret" not in caplog.text and SEED not in caplog.text and JWT not in caplog.text
     # Adding the filter again (a second get_logger) does not stack filters.
     assert get_logger("test.redaction").filters.count(log.filters[0]) == 1
+
+
+def _fail_with_secrets() -> None:
+    try:
+        raise ConnectionError(
+            f"nats: auth failed for nats://alice:p@ss:w/rd%40x@10.0.0.1:4222 ({SEED})"
+        )
+    except ConnectionError as exc:
+        raise RuntimeError("token=t0k3n-in-the-message; could not connect") from exc
+
+
+SECRETS = ("p@ss", "w/rd", "%40x", SEED, "t0k3n", "alice:")
+
+
+def test_tracebacks_are_redacted_before_any_handler_formats_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = get_logger("test.tracebacks")
+    stream = io.StringIO()
+    # An application's own handler and formatter: the traceback reaches it redacted.
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    log.addHandler(handler)
+    try:
+        with caplog.at_level(logging.INFO, logger=ROOT):
+            try:
+                _fail_with_secrets()
+            except RuntimeError:
+                log.exception("publisher of %s failed", "nats://tok3n@h:4222")
+            try:
+                _fail_with_secrets()
+            except RuntimeError as exc:
+                log.warning("gave up", exc_info=exc)
+            log.info("stack of %s", "nats://u:p@ss@h", stack_info=True)
+    finally:
+        log.removeHandler(handler)
+    written = stream.getvalue()
+    for text in (written, caplog.text):
+        # The tracebacks are there, both exceptions of the chain...
+        assert text.count("Traceback (most recent call last)") == 4
+        assert "The above exception was the direct cause" in text
+        assert "nats://***@10.0.0.1:4222" in text and "token=***" in text
+        assert "publisher of nats://***@h:4222 failed" in text
+        # ... and no secret.
+        for secret in (*SECRETS, "tok3n", "p@ss@h"):
+            assert secret not in text, (secret, text)
+    first = caplog.records[0]
+    assert first.exc_info is None and first.exc_text is not None
+    assert "Traceback" in first.exc_text and "p@ss" not in first.exc_text
+    assert caplog.records[2].stack_info is not None and "p@ss" not in caplog.records[2].stack_info
 
 
 class Clock:
