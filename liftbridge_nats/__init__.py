@@ -69,6 +69,7 @@ from ._errors import (
     ServerError,
     ServerStartError,
     StreamExistsError,
+    UnsentTimeoutError,
     for_ack_error,
     for_grpc_status,
 )
@@ -249,6 +250,7 @@ __all__ = [
     "Subscription",
     "TLSConfig",
     "TimeSpec",
+    "UnsentTimeoutError",
     "__version__",
     "consumer_lag",
     "for_ack_error",

@@ -77,9 +77,12 @@ class Client:
     (:data:`DEFAULT_MAX_PARTITIONS`, 256, unless given): the server sets up every
     partition on each replica at once, and a very large count keeps it busy long after
     the call has timed out. Each subscription (and each partition a consumer reads)
-    reads ahead of its consumer at most about ``read_ahead_messages`` messages and never
-    more than ``read_ahead_bytes`` bytes (at least 16 KiB), so memory grows with the
-    partitions read, by that much each.
+    reads ahead of its consumer about ``read_ahead_messages`` messages (at the sizes
+    seen so far) and at most ``read_ahead_bytes`` bytes of them as sent (at least
+    16 KiB), so memory grows with the partitions read, by that much each. The one
+    exception is a message larger than ``read_ahead_bytes``, let through whole: until
+    it is taken, that partition's read-ahead may reach its size instead (64 MiB at
+    most: a subscription ends with an error on a larger message).
 
     ``metrics``: subscriptions and consumers count the messages and value bytes they
     read, per stream and partition (and group), for OpenTelemetry's
@@ -642,12 +645,19 @@ class Client:
         partitioner: PartitionerLike | None = None,
     ) -> asyncio.Future[Ack | None]:
         """:meth:`publish_to_stream` over one long-lived gRPC ``PublishAsync`` stream:
-        returns the future of the ack once the message is written.
+        returns the future of the ack once the message is written (or its deadline
+        passed).
 
-        The future fails with :class:`AckTimeoutError` when no ack came within
-        ``timeout`` seconds of the write (default: the client's ``timeout``; the
-        message may or may not be stored), and resolves to None at once for
-        ``AckPolicy.NONE``.
+        The future ends with the message's :class:`Ack` or with a typed error, never
+        with anything else: :class:`AckTimeoutError` when no ack came within
+        ``timeout`` seconds of this call (default: the client's ``timeout``; the
+        message may or may not be stored, unless the error says it was never written,
+        as happens to messages queued behind writes that a broker no longer reads),
+        :class:`AckLostError` when the stream ended first (it may or may not be
+        stored), or the refusal the broker sent (:class:`IncorrectOffsetError`,
+        :class:`ReadonlyPartitionError`...). It resolves to None once written for
+        ``AckPolicy.NONE``. The call raises :class:`NotConnectedError` when the stream
+        broke before the message was written (nothing was sent; publish again).
         """
         if timeout is not None:
             checked_seconds(timeout, "timeout")

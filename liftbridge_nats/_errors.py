@@ -77,6 +77,7 @@ __all__ = [
     "ServerError",
     "ServerStartError",
     "StreamExistsError",
+    "UnsentTimeoutError",
     "for_ack_error",
     "for_grpc_status",
 ]
@@ -160,6 +161,14 @@ class AckTimeoutError(PublishError, LocalError, TimeoutError):
 
     maybe_stored = True
     retriable = True
+
+
+class UnsentTimeoutError(AckTimeoutError):
+    """The publish's deadline passed before its message could be sent (it waited for room
+    under ``max_inflight``, or for its turn on a stream): it was certainly not stored, and
+    publishing it again is safe. Caught as :class:`AckTimeoutError` too."""
+
+    maybe_stored = False
 
 
 class AckLostError(PublishError, LocalError):

@@ -16,7 +16,11 @@ Built for the hot path of pipelined publishing:
   their own timeout (or a re-sent attempt's) go to a small heap as well, since they may
   be due before older ones; the walk skips them. An ack removes its message in one dict
   operation, whichever partition it comes from: acks of several partitions interleave,
-  and no queue beside the dict has to be cleaned up after them.
+  and no queue beside the dict has to be cleaned up after them;
+* a publish that waits for room (``max_inflight`` reached) has a deadline too, counted
+  from its call: the same timer expires it, through a heap of the queued publishes'
+  deadlines (a burst over capacity queues thousands, and a timer each would cost more
+  than the heap entry). One expired while queued was never sent.
 
 With re-sends on, the encoded bytes of an in-flight message stay in its flight, so that
 the publisher can send it again unchanged (same correlation id) after a reconnect or a
@@ -34,6 +38,7 @@ import asyncio
 import contextlib
 import functools
 import heapq
+import itertools
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator, Mapping, Sized
 from typing import Any, Final, Protocol
@@ -54,6 +59,7 @@ __all__ = [
     "Flight",
     "InflightLedger",
     "PublishCall",
+    "QueuedPublish",
     "RoomWaiter",
     "future_factory",
     "next_attempt",
@@ -208,8 +214,22 @@ class RoomWaiter(Protocol):
         """The ledger closed: fail."""
 
 
+class QueuedPublish(RoomWaiter, Protocol):
+    """A publish waiting in the ledger's queue (see :meth:`InflightLedger.enqueue`),
+    with the deadline of its whole call: ``expire()`` runs when that passes while it
+    still waits (``done()`` false), and must settle it."""
+
+    deadline: float
+
+    def expire(self) -> None:
+        """Its deadline passed before room freed: it was never sent."""
+
+
 # Where a custom deadline stands in the heap: (deadline, correlation id).
 _Mark = tuple[float, str]
+# A queued publish's deadline: (deadline, arrival number, the publish). The number keeps
+# equal deadlines from comparing publishes, and pops them in call order.
+_QueueMark = tuple[float, int, QueuedPublish]
 
 # Timer resolution: a deadline may fire up to this late; in exchange a steady stream of
 # expiring messages costs one timer callback per tick, not one per message.
@@ -231,6 +251,7 @@ class InflightLedger:
 
     __slots__ = (
         "_after_tasks",
+        "_arrivals",
         "_capacity",
         "_closed",
         "_entries",
@@ -238,6 +259,7 @@ class InflightLedger:
         "_loop",
         "_low_water",
         "_on_expired",
+        "_queue_marks",
         "_timer",
         "_timer_at",
         "_unordered",
@@ -265,6 +287,10 @@ class InflightLedger:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         self._waiters: deque[RoomWaiter] = deque()
+        # Deadlines of the queued publishes (enqueue); marks of publishes that no longer
+        # wait (sent, cancelled) are dropped lazily, as the flights' marks are.
+        self._queue_marks: list[_QueueMark] = []
+        self._arrivals = itertools.count()
         # Set while woken tasks have yet to run: nobody queued behind them goes first.
         self._after_tasks: asyncio.Handle | None = None
         self._closed = False
@@ -383,14 +409,15 @@ class InflightLedger:
         if self._closed:
             raise PublisherClosedError("the publisher is closed")
 
-    def enqueue(self, waiter: RoomWaiter) -> None:
+    def enqueue(self, waiter: QueuedPublish) -> None:
         """Queue ``waiter`` behind the others; its ``set_result`` runs synchronously
-        once room frees (at once, when there is room now and nobody is ahead of it).
+        once room frees (at once, when there is room now and nobody is ahead of it),
+        or its ``expire`` once its ``deadline`` passes first.
 
         This is how a publish over capacity waits without a task or a coroutine of its
-        own: it costs one queue entry instead of a task and its frames, which matters
-        when thousands of publishes are started at once. A cancelled waiter (``done()``)
-        is skipped when its turn comes.
+        own: it costs one queue entry and one heap entry instead of a task and its
+        frames, which matters when thousands of publishes are started at once. A
+        cancelled waiter (``done()``) is skipped when its turn comes.
         """
         if self._closed:
             waiter.set_exception(PublisherClosedError("the publisher is closed"))
@@ -399,6 +426,12 @@ class InflightLedger:
         if len(self._entries) < self._capacity:
             # Room, and perhaps cancelled waiters ahead that nothing else would clear.
             self._wake_all_that_fit()
+            if waiter.done():
+                return  # sent already: no deadline to watch
+        deadline = waiter.deadline
+        heapq.heappush(self._queue_marks, (deadline, next(self._arrivals), waiter))
+        if self._timer is None or deadline < self._timer_at:
+            self._arm()
 
     def _wake_all_that_fit(self) -> None:
         """Wake waiters, first come first served, as far as there is room."""
@@ -461,6 +494,11 @@ class InflightLedger:
             heapq.heappop(heap)
         if heap and (when is None or heap[0][0] < when):
             when = heap[0][0]
+        marks = self._queue_marks
+        while marks and marks[0][2].done():
+            heapq.heappop(marks)
+        if marks and (when is None or marks[0][0] < when):
+            when = marks[0][0]
         return when
 
     def _on_timer(self) -> None:
@@ -490,11 +528,27 @@ class InflightLedger:
         if 0 < ordered < len(expired):
             # A late timer found both kinds due: they go in deadline order all the same.
             expired.sort(key=_deadline_of)
+        marks = self._queue_marks
+        if marks and marks[0][0] <= now:
+            # Before anything is woken below: a publish past its deadline is not sent.
+            self._expire_queued(now)
         for due in expired:
             self._on_expired(due)
         if self._waiters:
             self._wake_all_that_fit()
         self._arm()
+
+    def _expire_queued(self, now: float) -> None:
+        marks = self._queue_marks
+        while marks and marks[0][0] <= now:
+            waiter = heapq.heappop(marks)[2]
+            if not waiter.done():
+                waiter.expire()
+        # Let go of the expired (and cancelled) publishes at the head of the queue now,
+        # rather than when room frees: they hold their messages.
+        waiters = self._waiters
+        while waiters and waiters[0].done():
+            waiters.popleft()
 
     def _is_live(self, deadline: float, correlation_id: str) -> bool:
         # A correlation id sent again (a retry) is entered anew with its new deadline.
@@ -506,6 +560,7 @@ class InflightLedger:
     def reject_waiters(self) -> None:
         """Refuse new waiters and wake the waiting ones (they raise PublisherClosedError)."""
         self._closed = True
+        self._queue_marks.clear()
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():

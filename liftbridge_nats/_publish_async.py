@@ -2,6 +2,12 @@
 
 This path exists for completeness and for environments without NATS access; the
 NATS-native Publisher is faster and is what the documentation recommends.
+
+Every future :class:`AsyncPublisher` hands out ends with the :class:`Ack` the broker
+sent for its message (None only for ``AckPolicy.NONE``, at once) or with a typed error:
+never with an answer that carries neither. The futures waiting on a stream belong to
+that stream: when it ends, they fail, and a new stream's futures are not touched by the
+end of an older one.
 """
 
 from __future__ import annotations
@@ -9,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from collections import deque
 from typing import TYPE_CHECKING
 
 import grpc
@@ -29,6 +36,7 @@ from ._errors import (
     RpcError,
     RpcTimeoutError,
     ServerError,
+    UnsentTimeoutError,
     for_ack_error,
 )
 from ._grpc import rpc_error
@@ -118,6 +126,49 @@ def async_error(err: api_pb2.PublishAsyncError, cid: str) -> LiftbridgeError:
     return _ASYNC_RPC_ERRORS.get(err.code, ServerError)(f"publish failed: {detail}", code=status)
 
 
+def _answer_error(resp: api_pb2.PublishResponse, cid: str) -> LiftbridgeError | None:
+    """The error a PublishAsync answer carries (None for a usable ack)."""
+    if resp.HasField("asyncError"):
+        return async_error(resp.asyncError, cid)
+    if not resp.HasField("ack"):
+        # Not something a v1.9.0 broker sends; an Ack made of defaults would be a lie.
+        return AckLostError(
+            "the broker answered the PublishAsync message without an ack or an error; it "
+            "may or may not have been stored. Check the partition, or publish it again "
+            "with expected_offset to be safe.",
+            correlation_id=cid,
+        )
+    code = resp.ack.ackError
+    if code:  # brokers report these as asyncError; an ack carrying one is no success
+        try:
+            error = AckError(code)
+        except ValueError:  # a newer server's code
+            error = AckError.UNKNOWN
+        return _rejected(error, f"ack error {code}", cid)
+    return None
+
+
+def _timeout_error(cid: str, timeout: float, *, written: bool) -> AckTimeoutError:
+    if not written:
+        return UnsentTimeoutError(
+            f"the message waited {timeout}s for its turn on the PublishAsync stream (the "
+            "messages before it were still being written: the broker reads slowly or not "
+            "at all) and was never written, so it was not stored; publishing it again is "
+            "safe. Raise the timeout, or check the broker.",
+            correlation_id=cid,
+        )
+    return AckTimeoutError(
+        f"no ack within {timeout}s of the call that published the message over the "
+        "PublishAsync stream; it may or may not have been stored. Raise the timeout, or "
+        "publish it again (with expected_offset to be safe).",
+        correlation_id=cid,
+    )
+
+
+# The futures of the messages written to one PublishAsync stream, by correlation id.
+_Pending = dict[str, asyncio.Future[Ack | None]]
+
+
 class AsyncPublisher:
     """One PublishAsync stream to a broker, matching acks to futures by correlation id."""
 
@@ -127,46 +178,105 @@ class AsyncPublisher:
             grpc.aio.StreamStreamCall[api_pb2.PublishRequest, api_pb2.PublishResponse] | None
         ) = None
         self._reader: asyncio.Task[None] | None = None
-        self._pending: dict[str, asyncio.Future[Ack | None]] = {}
-        self._lock = asyncio.Lock()
+        # The current stream's; each stream's reader holds its own (see _read).
+        self._pending: _Pending = {}
+        # One write at a time, in call order: True while one is under way, and the
+        # callers waiting for their turn (first come, first served).
+        self._writing = False
+        self._turns: deque[asyncio.Future[None]] = deque()
 
     async def send(self, req: api_pb2.PublishRequest, timeout: float) -> asyncio.Future[Ack | None]:
-        """Write one request; the future resolves with its ack, or fails with
-        :class:`AckTimeoutError` when none came within ``timeout`` seconds of the write."""
+        """Write one request and return the future of its ack.
+
+        ``timeout`` bounds the whole publish from this call: the wait for the stream
+        (writes go one at a time, in call order), the write (a broker that stopped
+        reading holds it up once HTTP/2's window is full) and the wait for the ack.
+        When it passes first, the call returns the future failed with
+        :class:`AckTimeoutError`: never written (``maybe_stored`` false), or cut off
+        while written. grpc cancels a stream whose write is cut off, so that also ends
+        the stream: the messages still waiting for their acks on it fail with
+        :class:`AckLostError` (they were written earlier, so with the same timeout
+        their deadlines have passed already), and the next publish opens a new one.
+        """
         loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         fut: asyncio.Future[Ack | None] = loop.create_future()
         cid = req.correlationId
-        async with self._lock:
+        if self._writing or self._turns:
+            # Others write first: wait for the stream, not past the deadline.
+            if not await self._take_turn(deadline):
+                fut.set_exception(_timeout_error(cid, timeout, written=False))
+                return fut
+        else:
+            self._writing = True  # free: taken at once
+        try:
             call = self._ensure_call()
+            pending = self._pending
             if req.ackPolicy != api_pb2.NONE:
-                self._pending[cid] = fut
+                pending[cid] = fut
             try:
-                await call.write(req)
-            except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
-                self._pending.pop(cid, None)
-                self._call = None
-                raise NotConnectedError(
-                    f"PublishAsync stream broke: {exc}; retry the publish"
-                ) from None
+                async with asyncio.timeout_at(deadline):
+                    await call.write(req)
+            except BaseException as exc:
+                pending.pop(cid, None)
+                if self._call is call:
+                    self._call = None
+                # Broken, or cut off (grpc cancels the call then): ended here, so that
+                # its reader fails what it still waits for and close() does not wait on
+                # a stream nobody writes to.
+                call.cancel()
+                if isinstance(exc, TimeoutError):
+                    fut.set_exception(_timeout_error(cid, timeout, written=True))
+                    return fut
+                if isinstance(exc, grpc.aio.AioRpcError | asyncio.InvalidStateError):
+                    raise NotConnectedError(
+                        f"PublishAsync stream broke: {exc}; retry the publish"
+                    ) from None
+                raise
+        finally:
+            self._pass_turn()
         if req.ackPolicy == api_pb2.NONE:
             fut.set_result(None)
         elif not fut.done():
-            timer = loop.call_later(timeout, self._expire, cid, fut, timeout)
+            timer = loop.call_at(deadline, self._expire, pending, cid, fut, timeout)
             fut.add_done_callback(lambda _: timer.cancel())
         return fut
 
-    def _expire(self, cid: str, fut: asyncio.Future[Ack | None], timeout: float) -> None:
-        if self._pending.get(cid) is fut:
-            del self._pending[cid]
+    async def _take_turn(self, deadline: float) -> bool:
+        """Wait for the stream until ``deadline``; False when it did not come by then."""
+        turn = asyncio.get_running_loop().create_future()
+        self._turns.append(turn)
+        try:
+            async with asyncio.timeout_at(deadline):
+                await turn
+        except BaseException as exc:
+            if turn.done() and not turn.cancelled():
+                self._pass_turn()  # handed over as the wait ended: the next one's now
+            else:
+                turn.cancel()  # skipped when its turn comes
+            if isinstance(exc, TimeoutError):
+                return False
+            raise
+        return True
+
+    def _pass_turn(self) -> None:
+        """The write under way ended: the next caller's turn (or nobody's)."""
+        turns = self._turns
+        while turns:
+            turn = turns.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self._writing = False
+
+    @staticmethod
+    def _expire(
+        pending: _Pending, cid: str, fut: asyncio.Future[Ack | None], timeout: float
+    ) -> None:
+        if pending.get(cid) is fut:
+            del pending[cid]
         if not fut.done():
-            fut.set_exception(
-                AckTimeoutError(
-                    f"no ack within {timeout}s of writing the message to the PublishAsync "
-                    "stream; it may or may not have been stored. Raise the timeout, or "
-                    "publish it again (with expected_offset to be safe).",
-                    correlation_id=cid,
-                )
-            )
+            fut.set_exception(_timeout_error(cid, timeout, written=True))
 
     def _ensure_call(
         self,
@@ -175,12 +285,17 @@ class AsyncPublisher:
             address = random.choice(self._router.addresses())
             call = self._router.pool.stub(address).PublishAsync()
             self._call = call
-            self._reader = asyncio.ensure_future(self._read(call))
+            # A new stream, new futures: the reader of an older one, still ending, fails
+            # only the futures of the messages written to that one.
+            self._pending = {}
+            self._reader = asyncio.ensure_future(self._read(call, self._pending))
             return call
         return self._call
 
     async def _read(
-        self, call: grpc.aio.StreamStreamCall[api_pb2.PublishRequest, api_pb2.PublishResponse]
+        self,
+        call: grpc.aio.StreamStreamCall[api_pb2.PublishRequest, api_pb2.PublishResponse],
+        pending: _Pending,
     ) -> None:
         reason = "the stream closed"
         try:
@@ -190,19 +305,21 @@ class AsyncPublisher:
                     break
                 assert isinstance(resp, api_pb2.PublishResponse)
                 cid = resp.correlationId or resp.ack.correlationId
-                fut = self._pending.pop(cid, None)
+                fut = pending.pop(cid, None)
                 if fut is None or fut.done():
                     continue
-                if resp.HasField("asyncError"):
-                    fut.set_exception(async_error(resp.asyncError, cid))
-                else:
+                error = _answer_error(resp, cid)
+                if error is None:
                     fut.set_result(ack_from_proto(resp.ack))
+                else:
+                    fut.set_exception(error)
         except grpc.aio.AioRpcError as exc:
             if exc.code() != grpc.StatusCode.CANCELLED:
                 reason = str(rpc_error(exc, "the stream"))
         finally:
-            pending, self._pending = self._pending, {}
-            for cid, fut in pending.items():
+            left = list(pending.items())
+            pending.clear()
+            for cid, fut in left:
                 if not fut.done():
                     # Written, never acked: the broker may have stored it.
                     fut.set_exception(

@@ -46,9 +46,10 @@ Delivery guarantees, in short:
   :class:`~liftbridge_nats.NoRespondersError` and the rejections
   (``PublishRejectedError`` and its subclasses) mean it was certainly not stored;
 * every publish ends by its deadline (``timeout``; by default ``ack_timeout``, or
-  ``retry_deadline`` with ``retry=True``), with an ack or an error: also while NATS is
-  disconnected (messages wait in a bounded buffer and are sent after the reconnect)
-  and when nobody listens;
+  ``retry_deadline`` with ``retry=True``; counted from the call), with an ack or an
+  error: also while it waits for room under ``max_inflight`` (it is then never sent),
+  while NATS is disconnected (messages wait in a bounded buffer and are sent after
+  the reconnect) and when nobody listens;
 * with ``retry=True`` the same bytes (same correlation id) are sent again after a
   no-responders report or an ack timeout, until the deadline: at-least-once delivery
   (exactly-once with ``expected_offset`` on a stream with optimistic concurrency).
@@ -91,6 +92,7 @@ from ._errors import (
     PublisherClosedError,
     PublishError,
     ReadonlyPartitionError,
+    UnsentTimeoutError,
 )
 from ._inflight import (
     ATTEMPT,
@@ -237,27 +239,34 @@ def _same(call: AckFuture) -> AckFuture:
 
 class _Queued:
     """A :meth:`Publisher.publish` call waiting in the ledger's queue for room (a
-    :class:`~._inflight.RoomWaiter`): its arguments and the call its caller awaits.
-    Woken, it is sent at once; cancelled (the call), it is skipped."""
+    :class:`~._inflight.QueuedPublish`): its arguments, the call its caller awaits, and
+    the deadline of that call. Woken, it is sent at once; cancelled (the call), it is
+    skipped; still waiting at its deadline, it fails, never sent. ``args`` is None once
+    it no longer waits."""
 
-    __slots__ = ("args", "call", "submit")
+    __slots__ = ("args", "call", "deadline", "owner")
 
     def __init__(
-        self, call: AckFuture, submit: Callable[[_Queued], None], args: _PublishArgs
+        self, call: AckFuture, owner: Publisher[Any, Any], args: _PublishArgs, deadline: float
     ) -> None:
         self.call = call
-        self.submit = submit
-        self.args = args
+        self.owner = owner
+        self.args: _PublishArgs | None = args
+        self.deadline = deadline
 
     def done(self) -> bool:
-        return self.call.done()
+        return self.args is None or self.call.done()
 
     def set_result(self, _: None, /) -> None:
-        self.submit(self)
+        self.owner._submit_queued(self)
 
     def set_exception(self, exception: BaseException, /) -> None:
         # The publisher closed while it waited: raised where the call is awaited.
+        self.args = None
         self.call.refuse(exception)
+
+    def expire(self) -> None:
+        self.owner._expire_queued(self)
 
 
 def _not_started(*_: object) -> Any:
@@ -406,7 +415,7 @@ class Publisher(Generic[V, K]):
     start within a second); a ``TracerProvider`` traces through that one; ``False``
     never traces. ``metrics`` likewise: ``True`` reports the publisher's counters to
     the global meter provider, a ``MeterProvider`` to that one, ``False`` nowhere (see
-    the README's Metrics section for the instruments).
+    the Metrics section of the observability guide for the instruments).
 
     ``value_serializer`` / ``key_serializer``: callables turning the values (keys) you
     publish into bytes, applied before anything else happens (see
@@ -495,8 +504,6 @@ class Publisher(Generic[V, K]):
         self._fast = False
         self._create_future: Callable[[], AckFuture] = _not_started
         self._create_call: Callable[[], AckFuture] = _not_started
-        # Bound once: a burst over max_inflight queues thousands of calls, each holding it.
-        self._submit_queued_call: Callable[[_Queued], None] = self._submit_queued
         self._time: Callable[[], float] = _not_started
         self._reply_prefix = b""
         self._max_payload = 0
@@ -747,9 +754,13 @@ class Publisher(Generic[V, K]):
         awaitable was awaited yet); the awaitable returned gives its ack. ``expected_offset``
         asks a stream with optimistic concurrency control to store the message only at
         that offset (:class:`IncorrectOffsetError` otherwise). ``timeout`` (default:
-        the publisher's ``ack_timeout``) bounds the whole call. Raises (when awaited)
-        :class:`AckTimeoutError` when no ack came (the message may or may not be
-        stored), :class:`NoRespondersError` when nobody listens on ``subject``, a
+        the publisher's ``ack_timeout``, or ``retry_deadline`` with ``retry=True``)
+        bounds the whole call, from the moment ``publish`` is called: a wait for room
+        uses it up, and a message still waiting at its deadline is never sent. Raises
+        (when awaited) :class:`AckTimeoutError` when no ack came (the message may or may
+        not be stored; when it timed out before it could be sent, the error says so and
+        its ``maybe_stored`` is false), :class:`NoRespondersError` when nobody listens
+        on ``subject``, a
         :class:`PublishRejectedError` subclass when the server refused the message
         (:class:`MaxBytesExceededError` for one over the server's size limit),
         :class:`MaxPayloadExceededError` before sending a message larger than the NATS
@@ -780,12 +791,17 @@ class Publisher(Generic[V, K]):
             return future  # type: ignore[return-value]  # made by _create_call
         if self._fast and self._state == _OPEN:
             # No room in the ledger (only that stops the fast path here, or waiters are
-            # ahead): wait in its queue as a PublishCall, sent when room frees.
+            # ahead): wait in its queue as a PublishCall, sent when room frees. Its
+            # deadline runs from now: the timeout bounds the whole call.
+            try:
+                deadline = self._time() + self._budget(timeout)
+            except InvalidArgumentError as exc:
+                return _raising(exc)
             call: Any = self._create_call()
             self._live().ledger.enqueue(
                 _Queued(
                     call,
-                    self._submit_queued_call,
+                    self,
                     (
                         subject,
                         value,
@@ -796,6 +812,7 @@ class Publisher(Generic[V, K]):
                         expected_offset,
                         timeout,
                     ),
+                    deadline,
                 )
             )
             return call  # type: ignore[no-any-return]
@@ -809,11 +826,18 @@ class Publisher(Generic[V, K]):
         Runs from the ledger (in an ack handler, the deadline timer, or a cancel);
         whatever goes wrong settles the call, never the caller of the ledger.
         """
-        call = queued.call
-        if call.done():  # cancelled while it waited: forgotten
+        call, args = queued.call, queued.args
+        queued.args = None  # no longer waiting (its deadline's mark is dead now)
+        if args is None or call.done():  # cancelled while it waited: forgotten
             return
+        left = queued.deadline - self._time()
+        if left <= 0:  # due, and woken before the timer ran
+            self._fail_unsent(call, args[0], args[5])
+            return
+        # Sent with the rest of the call's time as its timeout: the deadline stays.
+        args = (*args[:7], left)
         try:
-            sent = self._submit_now(*queued.args, functools.partial(_same, call), queued=True)
+            sent = self._submit_now(*args, functools.partial(_same, call), queued=True)
         except Exception as exc:
             call.refuse(exc)  # an argument refused, raised where the call is awaited
             return
@@ -821,14 +845,43 @@ class Publisher(Generic[V, K]):
             # The fast path refused it after all (NATS disconnected and the reconnect
             # buffer full): the slow way, in a task of the publisher's.
             session = self._live()
-            task = session.loop.create_task(self._send_queued(queued))
+            task = session.loop.create_task(self._send_queued(call, args))
             session.queued.add(task)
             task.add_done_callback(session.queued.discard)
 
-    async def _send_queued(self, queued: _Queued) -> None:
-        call = queued.call
+    def _expire_queued(self, queued: _Queued) -> None:
+        """Ledger callback: a queued publish still waited for room at its deadline."""
+        call, args = queued.call, queued.args
+        queued.args = None
+        if args is not None and not call.done():
+            self._fail_unsent(call, args[0], args[5])
+
+    def _fail_unsent(self, future: AckFuture, subject: str, correlation_id: str | None) -> None:
+        """Fail a publish whose deadline passed before it could be sent."""
+        self._timed_out += 1
+        future.set_exception(
+            UnsentTimeoutError(
+                f"the message for {subject!r} waited for room until the deadline its timeout "
+                f"set at the call: {self._max_inflight} messages (max_inflight) already "
+                "waited for their acks. It was never sent, so it was not stored, and "
+                "publishing it again is safe. Give it a longer timeout, raise max_inflight, "
+                "or publish fewer messages at once.",
+                subject=subject,
+                correlation_id=correlation_id,
+            )
+        )
+
+    def _budget(self, timeout: float | None) -> float:
+        """The seconds a publish has from its call to its end (``timeout`` checked)."""
+        if timeout is None:
+            return self._retry_deadline if self._retry else self._ack_timeout
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not timeout > 0:
+            raise InvalidArgumentError(f"timeout must be > 0 seconds, got {timeout!r}")
+        return float(timeout)
+
+    async def _send_queued(self, call: AckFuture, args: _PublishArgs) -> None:
         try:
-            await self._submit_waiting(*queued.args, make=functools.partial(_same, call))
+            await self._submit_waiting(*args, make=functools.partial(_same, call))
         except Exception as exc:
             call.refuse(exc)  # as publish() raises what it meets at once
         except asyncio.CancelledError:
@@ -887,7 +940,10 @@ class Publisher(Generic[V, K]):
         The call awaits for backpressure (``max_inflight`` messages already wait for
         their ack), while NATS is disconnected and the reconnect buffer is full, and
         once every 256 messages to let the event loop run (nats-py writes and reads).
-        The future gives what :meth:`publish` would return or raise. Arguments are
+        The future gives what :meth:`publish` would return or raise, within the same
+        deadline, counted from this call: when no room freed by then, the call returns
+        a future already failed with :class:`AckTimeoutError` (the message was never
+        sent; ``maybe_stored`` is false). Arguments are
         checked before anything is sent (:class:`InvalidArgumentError`,
         :class:`MaxPayloadExceededError`, :class:`~liftbridge_nats.SerializationError`).
         """
@@ -1056,11 +1112,24 @@ class Publisher(Generic[V, K]):
         traced: bool = False,
         make: Callable[[], AckFuture] | None = None,
     ) -> AckFuture:
-        """:meth:`_submit_now` for when something must be awaited first or instead."""
-        if self._must_wait():
-            await self._wait_for_room()
+        """:meth:`_submit_now` for when something must be awaited first or instead.
+
+        A wait for room counts against the publish's time: its deadline runs from
+        here, and a message that found no room by then fails, never sent, in the
+        future returned.
+        """
         if make is None:
             make = self._create_future
+        if self._must_wait():
+            final = self._time() + self._budget(timeout)
+            with contextlib.suppress(TimeoutError):  # then no time is left, below
+                await self._wait_for_room(final)
+            left = final - self._time()
+            if left <= 0:
+                future = make()
+                self._fail_unsent(future, subject, correlation_id)
+                return future
+            timeout = left  # the rest of the call's time
         if correlation_id is None and expected_offset is None and timeout is None:
             future = self._prepare_fast(subject, value, key, headers, ack_policy, make)
         else:
@@ -1084,8 +1153,10 @@ class Publisher(Generic[V, K]):
             future.set_result(None)
         return future
 
-    async def _wait_for_room(self) -> None:
-        await self._live().ledger.wait_for_room()
+    async def _wait_for_room(self, deadline: float) -> None:
+        """Wait for room in the ledger until ``deadline`` (loop time; TimeoutError)."""
+        async with asyncio.timeout_at(deadline):
+            await self._live().ledger.wait_for_room()
         self._check_open()
 
     def _prepare_fast(

@@ -384,9 +384,27 @@ class LocalCluster:
         await self._liftbridge[i].terminate()
 
     async def pause_node(self, i: int) -> None:
-        """SIGSTOP node ``i``: it keeps its sockets but answers nothing (a hung node)."""
+        """SIGSTOP node ``i``: it keeps its sockets but answers nothing (a hung node).
+
+        Returns once every thread of the node is stopped. The kernel stops each thread
+        only when it is next scheduled, and on a busy machine a node went on for several
+        milliseconds after the signal: long enough to store and ack a message that a
+        test published "after" the pause.
+        """
         self._require_started()
-        self._liftbridge[i].send_signal(signal.SIGSTOP)
+        proc = self._liftbridge[i]
+        proc.send_signal(signal.SIGSTOP)
+        pid = proc.pid if proc.running else None
+        if pid is None:
+            return
+        deadline = time.monotonic() + 5.0
+        while running := _running_threads(pid):
+            if time.monotonic() > deadline:
+                raise ServerStartError(
+                    f"liftbridge {self.node_ids[i]} still runs 5 s after SIGSTOP "
+                    f"(threads {', '.join(running)}): is the machine overloaded?"
+                )
+            await asyncio.sleep(0.001)
 
     async def resume_node(self, i: int) -> None:
         """SIGCONT node ``i`` after :meth:`pause_node`."""
@@ -515,3 +533,21 @@ class LocalCluster:
     def _require_started(self) -> None:
         if not self._started or self._runtime.workdir is None:
             raise RuntimeError("the LocalCluster is not started (use `async with` or start())")
+
+
+def _running_threads(pid: int) -> list[str]:
+    """The threads of ``pid`` that are not stopped, as ``tid:state`` (empty: all are, or
+    there is no procfs to tell: then the signal is all there is)."""
+    tasks = Path(f"/proc/{pid}/task")
+    if not tasks.is_dir():
+        return []
+    running = []
+    for task in tasks.iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread exited meanwhile
+        state = stat.rsplit(")", 1)[1].split()[0]  # the name in parentheses may hold spaces
+        if state not in ("T", "t"):
+            running.append(f"{task.name}:{state}")
+    return running

@@ -7,9 +7,13 @@ import time
 import zlib
 from typing import Any
 
+import grpc
 import pytest
+from _publisher_helpers import read_all
 
 from liftbridge_nats import (
+    Ack,
+    AckLostError,
     AckPolicy,
     AckTimeoutError,
     BrokerUnavailableError,
@@ -25,6 +29,7 @@ from liftbridge_nats import (
     StopPosition,
 )
 from liftbridge_nats._cursors import cursor_partition
+from liftbridge_nats._proto import api_pb2, api_pb2_grpc
 
 
 def test_broker_addresses_parsed() -> None:
@@ -217,12 +222,16 @@ async def test_grpc_publish_async_times_out_when_no_ack_comes(
         await client.create_stream(name, name)
         first = await client.publish_to_stream_async(name, b"first", timeout=10)
         assert await first is not None
-        await cluster.pause_node(0)  # alive, sockets open, answering nothing
+        # Alive, sockets open, answering nothing; and silent before the message is
+        # written: pause_node returns once every thread of the node is stopped (a node
+        # still running acks the message: see the test below).
+        await cluster.pause_node(0)
         try:
             started = time.monotonic()
             fut = await client.publish_to_stream_async(name, b"unanswered", timeout=0.5)
-            with pytest.raises(AckTimeoutError, match="may or may not have been stored"):
+            with pytest.raises(AckTimeoutError, match="may or may not have been stored") as caught:
                 await asyncio.wait_for(fut, 10)
+            assert caught.value.maybe_stored
             assert 0.4 < time.monotonic() - started < 5
         finally:
             await cluster.resume_node(0)
@@ -230,6 +239,54 @@ async def test_grpc_publish_async_times_out_when_no_ack_comes(
         after = await client.publish_to_stream_async(name, b"after", timeout=10)
         ack = await after
         assert ack is not None and ack.offset == 2
+        # "May or may not": it was written, and the node stored it once it ran again.
+        stored = [m.value for m in await read_all(client, name)]
+        assert stored == [b"first", b"unanswered", b"after"]
+
+
+def _wait_stored(broker: str, stream: str, offset: int, within: float = 10.0) -> None:
+    """Block (the event loop too) until ``offset`` of partition 0 is written."""
+    deadline = time.monotonic() + within
+    with grpc.insecure_channel(broker) as channel:
+        stub = api_pb2_grpc.APIStub(channel)
+        request = api_pb2.FetchPartitionMetadataRequest(stream=stream, partition=0)
+        while stub.FetchPartitionMetadata(request, timeout=5).metadata.newestOffset < offset:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"offset {offset} of {stream!r} not written in {within} s")
+            time.sleep(0.005)
+
+
+async def test_grpc_publish_async_acked_before_the_pause_took_effect_is_that_ack(
+    liftbridge_cluster_factory: Any, unique_name: Any
+) -> None:
+    # What the test above met on a busy machine when pause_node returned on the signal
+    # alone: the node, not yet stopped, stored and acked the message, and the future
+    # gave that ack (the SDK's promise kept: an Ack means stored). Here the
+    # same interleaving is arranged: the node acks before it stops, and the client
+    # reads the ack only once the node is paused.
+    cluster = liftbridge_cluster_factory(1)
+    await cluster.start()
+    name = unique_name("gacked")
+    async with Client(cluster.brokers) as client:
+        await client.create_stream(name, name)
+        first = await client.publish_to_stream_async(name, b"first", timeout=10)
+        assert await first is not None
+        fut = await client.publish_to_stream_async(
+            name, b"acked", timeout=0.5, correlation_id="acked-before-the-pause"
+        )
+        # Held meanwhile, the event loop reads no ack: the node stores the message, sends
+        # its ack (well within the 0.2 s after it is stored), and only then stops.
+        _wait_stored(cluster.brokers[0], name, 1)
+        time.sleep(0.2)  # noqa: ASYNC251  # the loop held on purpose, as a busy machine does
+        await cluster.pause_node(0)
+        try:
+            result = await asyncio.wait_for(fut, 10)
+        finally:
+            await cluster.resume_node(0)
+        assert isinstance(result, Ack), result
+        assert result.offset == 1 and result.stream == name
+        assert result.correlation_id == "acked-before-the-pause"
+        assert [m.value for m in await read_all(client, name)] == [b"first", b"acked"]
 
 
 async def test_publish_async_occ_error(liftbridge_cluster: Any, unique_name: Any) -> None:
@@ -241,3 +298,36 @@ async def test_publish_async_occ_error(liftbridge_cluster: Any, unique_name: Any
         stale = await client.publish_to_stream_async(name, b"b", expected_offset=0)
         with pytest.raises(IncorrectOffsetError):
             await asyncio.wait_for(stale, 10)
+
+
+async def test_grpc_publish_async_to_a_node_that_stopped_reading_ends_by_each_deadline(
+    liftbridge_cluster_factory: Any, unique_name: Any
+) -> None:
+    # A paused node stops reading the PublishAsync stream: once HTTP/2's window is full
+    # a write waits for it forever. Every publish still ends by its deadline, with a
+    # typed error, and the call itself returns by then.
+    cluster = liftbridge_cluster_factory(1)
+    await cluster.start()
+    name = unique_name("gstall")
+    async with Client(cluster.brokers) as client:
+        await client.create_stream(name, name)
+        assert await (await client.publish_to_stream_async(name, b"first", timeout=10))
+        await cluster.pause_node(0)
+        try:
+            started = time.monotonic()
+            calls = [  # 40 x 16 KiB at once: well over the stream's window
+                client.publish_to_stream_async(name, b"%d" % i * 16384, timeout=0.5)
+                for i in range(40)
+            ]
+            futures = await asyncio.wait_for(asyncio.gather(*calls), 5)
+            returned = time.monotonic() - started
+            results = await asyncio.gather(*futures, return_exceptions=True)
+        finally:
+            await cluster.resume_node(0)
+        assert returned < 1.5, returned  # every call returned by its deadline
+        assert all(isinstance(r, AckTimeoutError | AckLostError) for r in results), results
+        # Those that waited behind the stalled write were never written, and say so.
+        assert any(isinstance(r, AckTimeoutError) and not r.maybe_stored for r in results)
+        # Once the node reads again, so does the stream.
+        ack = await (await client.publish_to_stream_async(name, b"after", timeout=10))
+        assert isinstance(ack, Ack)

@@ -330,3 +330,26 @@ async def test_node_that_dies_by_itself_is_reported(unique_name: Callable[..., s
             await cluster.wait_ready(timeout=2)
         await cluster.resume_node(1)
         await cluster.wait_ready()
+
+
+@_PROCESSES
+async def test_pause_node_returns_once_every_thread_is_stopped() -> None:
+    # SIGSTOP alone returns while some threads still run (they stop when next
+    # scheduled); pause_node waits for all of them, so a paused node acks nothing.
+    async with LocalCluster(1) as cluster:
+        pid = cluster.node_pid(0)
+        assert pid is not None
+        for _ in range(20):
+            await cluster.pause_node(0)
+            states = _thread_states(pid)
+            assert len(states) > 1 and set(states.values()) <= {"T", "t"}, states
+            await cluster.resume_node(0)
+        await cluster.wait_ready(timeout=10)
+
+
+def _thread_states(pid: int) -> dict[str, str]:
+    """Each thread of ``pid`` and its state letter, from procfs."""
+    return {
+        task.name: (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        for task in Path(f"/proc/{pid}/task").iterdir()
+    }

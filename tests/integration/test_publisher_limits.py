@@ -1,4 +1,5 @@
-"""Private clusters: the server's too-large ack, and publishing through a NATS outage."""
+"""Private clusters: the server's too-large ack, publishing through a NATS outage, and
+the deadlines of publishes queued behind a paused node."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import nats
 import pytest
-from _publisher_helpers import read_all
+from _publisher_helpers import eventually, read_all
 
 from liftbridge_nats import (
     Ack,
@@ -123,5 +124,65 @@ async def test_publish_while_nats_is_down_ends_by_its_deadline(
             with pytest.raises(PublisherClosedError):
                 await buffered
             assert pub.pending == 0 and pub.stats.buffered == 0
+        finally:
+            await nc.close()
+
+
+async def test_queued_publishes_end_by_the_deadline_of_their_call_on_a_paused_node(
+    liftbridge_cluster_factory: Any,
+) -> None:
+    # Two messages to a paused node fill max_inflight for 2 s (their own timeout). The
+    # publishes queued behind them end by their own deadlines, counted from their calls:
+    # those due before room frees were never sent (and are never stored); the one sent
+    # once room freed keeps only the rest of its time.
+    async with liftbridge_cluster_factory(1) as cluster:
+        nc = await nats.connect(cluster.nats_url)
+        try:
+            async with (
+                Client(cluster.brokers) as client,
+                Publisher(nc, max_inflight=2, ack_timeout=5) as pub,
+            ):
+                await client.create_stream("held", "held")
+                assert await pub.publish("held", b"before") is not None
+                await cluster.pause_node(0)
+                try:
+                    started = time.monotonic()
+                    holding = [
+                        await pub.publish_async("held", b"hold-%d" % i, timeout=2) for i in range(2)
+                    ]
+                    queued = pub.publish("held", b"queued", timeout=0.5)
+                    late = pub.publish("held", b"late", timeout=2.5)
+                    waiting = asyncio.ensure_future(
+                        pub.publish_async("held", b"waiting", timeout=0.5)
+                    )
+                    with pytest.raises(AckTimeoutError) as never_sent:
+                        await queued
+                    assert time.monotonic() - started < 1.5  # not 2 s + 0.5 s
+                    assert not never_sent.value.maybe_stored
+                    assert "never sent" in str(never_sent.value)
+                    failed = await asyncio.wait_for(waiting, 1.5)  # returns a failed future
+                    with pytest.raises(AckTimeoutError) as never_sent_async:
+                        await failed
+                    assert not never_sent_async.value.maybe_stored
+                    for future in holding:
+                        with pytest.raises(AckTimeoutError):
+                            await future
+                    # Sent at 2 s, when the held messages timed out; its deadline stays at
+                    # 2.5 s after its call (it used to get another 2.5 s from the send).
+                    with pytest.raises(AckTimeoutError) as sent_late:
+                        await late
+                    assert time.monotonic() - started < 3.5
+                    assert sent_late.value.maybe_stored
+                finally:
+                    await cluster.resume_node(0)
+                assert pub.stats.timed_out == 5
+                # The node stores what was sent once it runs again, and nothing else.
+                sent = [b"before", b"hold-0", b"hold-1", b"late"]
+
+                async def all_stored() -> bool:
+                    return len(await read_all(client, "held")) >= len(sent)
+
+                await eventually(all_stored)
+                assert [m.value for m in await read_all(client, "held")] == sent
         finally:
             await nc.close()

@@ -113,6 +113,76 @@ async def test_ledger_expiry_frees_room_for_waiters() -> None:
     ledger.close()
 
 
+class _Waiting:
+    """A queued publish as the ledger sees one: woken (sent: in the ledger now), expired,
+    or failed."""
+
+    def __init__(self, ledger: InflightLedger, name: str, deadline: float, log: list[str]) -> None:
+        self.ledger = ledger
+        self.name = name
+        self.deadline = deadline
+        self.log = log
+        self.state = "waiting"
+
+    def done(self) -> bool:
+        return self.state != "waiting"
+
+    def set_result(self, _: None, /) -> None:
+        self.state = "sent"
+        self.log.append(f"sent {self.name}")
+        self.ledger.add(_in_flight(asyncio.get_running_loop(), self.name, 5), True)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        self.state = "failed"
+
+    def expire(self) -> None:
+        self.state = "expired"
+        self.log.append(f"expired {self.name}")
+
+
+async def test_ledger_expires_queued_publishes_by_their_deadlines_before_waking_any() -> None:
+    loop = asyncio.get_running_loop()
+    log: list[str] = []
+    ledger = InflightLedger(loop, max_inflight=1, on_expired=lambda f: log.append("flight"))
+    ledger.add(_in_flight(loop, "m", 0.1), True)
+    now = loop.time()
+    # In call order; their deadlines are not: the heap, not the queue, times them.
+    waiting = [
+        _Waiting(ledger, "a", now + 0.1, log),  # due with the flight that holds the room
+        _Waiting(ledger, "b", now + 5, log),
+        _Waiting(ledger, "c", now + 0.05, log),
+        _Waiting(ledger, "d", now + 5, log),
+    ]
+    for waiter in waiting:
+        ledger.enqueue(waiter)
+    await asyncio.sleep(0.2)
+    # c expired first; a expired with the flight, before its room was given to anyone:
+    # b, the first still waiting, was sent in its place.
+    assert log == ["expired c", "expired a", "flight", "sent b"]
+    assert [w.state for w in waiting] == ["expired", "sent", "expired", "waiting"]
+    # Expired publishes at the head of the queue leave it at once; those behind a
+    # waiting one are skipped when their turn comes, as cancelled ones are.
+    assert ledger.queued() == [waiting[2], waiting[3]]
+    ledger.close()
+    assert waiting[3].state == "failed" and not ledger._queue_marks
+
+
+async def test_ledger_never_expires_a_queued_publish_once_it_was_sent() -> None:
+    loop = asyncio.get_running_loop()
+    log: list[str] = []
+    ledger = InflightLedger(loop, max_inflight=1, on_expired=lambda f: None)
+    early = _Waiting(ledger, "early", loop.time() + 0.05, log)
+    ledger.enqueue(early)  # room: sent at once, nothing to time
+    assert log == ["sent early"] and not ledger._queue_marks
+    late = _Waiting(ledger, "late", loop.time() + 0.05, log)
+    ledger.enqueue(late)
+    assert ledger._queue_marks
+    ledger.settle("early")  # room: sent before its deadline
+    await asyncio.sleep(0.1)
+    assert log == ["sent early", "sent late"] and not ledger._queue_marks
+    ledger.close()
+
+
 async def test_nothing_of_acked_messages_stays_when_acks_come_out_of_order() -> None:
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=100, on_expired=lambda f: None)

@@ -1,6 +1,7 @@
 """``publish()`` calls over ``max_inflight`` wait in the ledger's queue as the call they
 return (no task, no coroutine of their own), over the in-memory transport: order,
-cancellation, close, argument errors and the slow way out."""
+cancellation, close, argument errors and the slow way out; and the deadline of a call
+that waits for room, on both faces, counted from the call."""
 
 from __future__ import annotations
 
@@ -9,8 +10,16 @@ from typing import Any
 
 import pytest
 
-from liftbridge_nats import Ack, NotConnectedError, Publisher, PublisherClosedError
-from liftbridge_nats._inflight import AckFuture, PublishCall
+from liftbridge_nats import (
+    Ack,
+    AckTimeoutError,
+    InvalidArgumentError,
+    NotConnectedError,
+    Publisher,
+    PublisherClosedError,
+    UnsentTimeoutError,
+)
+from liftbridge_nats._inflight import DEADLINE, FINAL, AckFuture, PublishCall
 from liftbridge_nats._memtransport import MemoryTransport, Sent
 
 
@@ -216,3 +225,224 @@ async def test_a_queued_call_the_closed_connection_refuses_lets_go_of_its_messag
     finally:
         await pub.close(timeout=0)
     assert _values(transport.delivered) == [b"sent"]
+
+
+# ------------------------------------------------------------------ deadlines from the call
+
+
+def _never_sent(exc: BaseException) -> bool:
+    return (
+        isinstance(exc, UnsentTimeoutError)
+        and isinstance(exc, AckTimeoutError)
+        and not exc.maybe_stored
+        and exc.retriable
+        and "never sent" in str(exc)
+        and "publishing it again is safe" in str(exc)
+    )
+
+
+async def test_a_queued_call_past_its_deadline_fails_never_sent_and_lets_go() -> None:
+    transport = MemoryTransport()
+    async with Publisher(transport, max_inflight=2, ack_timeout=5) as pub:
+        loop = asyncio.get_running_loop()
+        first = [await pub.publish_async("s", b"x%d" % i) for i in range(2)]
+        started = loop.time()
+        queued = pub.publish("s", b"late", timeout=0.1, correlation_id="late-1")
+        behind = pub.publish("s", b"behind")  # the default timeout: 5 s, still waiting
+        with pytest.raises(AckTimeoutError) as caught:
+            await queued
+        # By its own deadline, not the 5 s of the messages that hold the room.
+        assert 0.1 <= loop.time() - started < 1.0
+        assert _never_sent(caught.value), caught.value
+        assert caught.value.correlation_id == "late-1" and caught.value.subject == "s"
+        assert type(caught.value) is UnsentTimeoutError
+        assert pub.stats.timed_out == 1
+        assert pub._metric_counts().failed == {"liftbridge_nats.UnsentTimeoutError": 1}
+        # Expired, it holds nothing: not its arguments, not a place in the queue.
+        waiting = pub._live().ledger.queued()
+        assert len(waiting) == 1 and waiting[0].call is behind  # type: ignore[attr-defined]
+        await _ack_everything(transport, asyncio.gather(*first, behind))
+        assert isinstance(await behind, Ack)
+    assert _values(transport.delivered) == [b"x0", b"x1", b"behind"]
+
+
+async def test_a_queued_call_with_the_default_timeout_ends_by_ack_timeout_after_the_call() -> None:
+    transport = MemoryTransport()
+    async with Publisher(transport, max_inflight=1, ack_timeout=0.3) as pub:
+        loop = asyncio.get_running_loop()
+        first = await pub.publish_async("s", b"x", timeout=5)
+        started = loop.time()
+        queued = pub.publish("s", b"late")
+        with pytest.raises(AckTimeoutError) as caught:
+            await queued
+        assert 0.3 <= loop.time() - started < 1.0 and _never_sent(caught.value)
+        first.cancel()
+    assert _values(transport.delivered) == [b"x"]
+
+
+async def test_a_queued_call_sent_late_gets_only_the_rest_of_its_time() -> None:
+    transport = MemoryTransport()
+    async with Publisher(transport, max_inflight=1, ack_timeout=5) as pub:
+        loop = asyncio.get_running_loop()
+        first = await pub.publish_async("s", b"x")
+        started = loop.time()
+        queued = pub.publish("s", b"late", timeout=0.6)
+        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.01)
+        transport.ack(transport.delivered[0])  # room: it is sent now, 0.3 s into its time
+        await first
+        await asyncio.sleep(0.01)
+        assert _values(transport.delivered) == [b"x", b"late"]
+        assert isinstance(queued, AckFuture)
+        # Its deadline is the call's, not 0.6 s after the send.
+        assert queued.flight[FINAL] == queued.flight[DEADLINE]
+        assert started + 0.6 <= queued.flight[DEADLINE] < started + 0.65
+        with pytest.raises(AckTimeoutError) as caught:
+            await queued  # never acked
+        assert loop.time() - started < 0.85
+        assert caught.value.maybe_stored  # it was sent: it may have been stored
+        assert "never sent" not in str(caught.value)
+
+
+async def test_a_queued_call_with_retries_keeps_the_whole_deadline_of_its_call() -> None:
+    transport = MemoryTransport()
+    async with Publisher(
+        transport, max_inflight=1, ack_timeout=0.5, retry=True, retry_deadline=2
+    ) as pub:
+        loop = asyncio.get_running_loop()
+        first = await pub.publish_async("s", b"x")
+        started = loop.time()
+        queued = pub.publish("s", b"late")
+        await asyncio.sleep(0.2)
+        transport.ack(transport.delivered[0])
+        await first
+        assert isinstance(queued, AckFuture)
+        sent = loop.time()
+        # The whole publish ends retry_deadline after the call; this attempt waits
+        # ack_timeout for its ack, as every attempt does.
+        assert started + 2 <= queued.flight[FINAL] < started + 2.05
+        assert sent + 0.5 - 0.05 <= queued.flight[DEADLINE] <= sent + 0.5
+        queued.cancel()
+
+
+async def test_a_shorter_deadline_behind_longer_ones_expires_first() -> None:
+    transport = MemoryTransport()
+    async with Publisher(transport, max_inflight=1, ack_timeout=5) as pub:
+        first = await pub.publish_async("s", b"x")
+        calls = [
+            pub.publish("s", b"a"),
+            pub.publish("s", b"b", timeout=0.1),
+            pub.publish("s", b"c"),
+        ]
+        with pytest.raises(AckTimeoutError):
+            await calls[1]
+        assert not calls[0].done() and not calls[2].done()  # type: ignore[attr-defined]
+        await _ack_everything(transport, asyncio.gather(first, calls[0], calls[2]))
+    assert _values(transport.delivered) == [b"x", b"a", b"c"]
+
+
+async def test_a_cancelled_or_sent_queued_call_is_never_expired() -> None:
+    transport = MemoryTransport()
+    async with Publisher(transport, max_inflight=1, ack_timeout=5) as pub:
+        first = await pub.publish_async("s", b"x")
+        cancelled = pub.publish("s", b"cancelled", timeout=0.05)
+        sent = pub.publish("s", b"sent", timeout=0.2)
+        assert cancelled.cancel()  # type: ignore[attr-defined]
+        await asyncio.sleep(0.01)
+        transport.ack(transport.delivered[0])
+        await first
+        await asyncio.sleep(0.01)
+        assert _values(transport.delivered) == [b"x", b"sent"]
+        transport.ack(transport.delivered[1])
+        assert isinstance(await sent, Ack)
+        await asyncio.sleep(0.3)  # past both deadlines: nothing fires
+        assert pub.stats.timed_out == 0 and not pub._failed
+        assert not pub._live().ledger._queue_marks
+
+
+async def test_publish_async_waiting_for_room_returns_a_failed_future_at_its_deadline() -> None:
+    transport = MemoryTransport()
+    async with Publisher(transport, max_inflight=1, ack_timeout=5) as pub:
+        loop = asyncio.get_running_loop()
+        first = await pub.publish_async("s", b"x")
+        started = loop.time()
+        future = await pub.publish_async("s", b"late", timeout=0.2, correlation_id="c-1")
+        assert 0.2 <= loop.time() - started < 1.0
+        assert future.done()
+        with pytest.raises(AckTimeoutError) as caught:
+            await future
+        assert _never_sent(caught.value) and caught.value.correlation_id == "c-1"
+        assert pub.stats.timed_out == 1 and pub.pending == 1
+        assert not pub._live().ledger.queued()
+        # The room it waited for goes to the next publish at once.
+        transport.ack(transport.delivered[0])
+        await first
+        after = await asyncio.wait_for(pub.publish_async("s", b"after"), 1)
+        await _ack_everything(transport, after)
+    assert _values(transport.delivered) == [b"x", b"after"]
+
+
+async def test_publish_async_sent_late_gets_only_the_rest_of_its_time() -> None:
+    transport = MemoryTransport()
+    async with Publisher(transport, max_inflight=1, ack_timeout=0.6) as pub:
+        loop = asyncio.get_running_loop()
+        first = await pub.publish_async("s", b"x", timeout=5)
+        started = loop.time()
+        waiting = asyncio.ensure_future(pub.publish_async("s", b"late"))
+        await asyncio.sleep(0.3)
+        transport.ack(transport.delivered[0])
+        await first
+        future = await waiting
+        assert started + 0.6 <= future.flight[DEADLINE] < started + 0.65
+        with pytest.raises(AckTimeoutError) as caught:
+            await future
+        assert loop.time() - started < 0.85 and caught.value.maybe_stored
+
+
+async def test_the_awaited_face_without_the_fast_path_keeps_the_deadline_too() -> None:
+    transport = MemoryTransport(fast_path=False)
+    async with Publisher(transport, max_inflight=1, ack_timeout=5) as pub:
+        loop = asyncio.get_running_loop()
+        first = await pub.publish_async("s", b"x")
+        started = loop.time()
+        with pytest.raises(AckTimeoutError) as caught:
+            await pub.publish("s", b"late", timeout=0.2)
+        assert 0.2 <= loop.time() - started < 1.0 and _never_sent(caught.value)
+        first.cancel()
+    assert _values(transport.delivered) == [b"x"]
+
+
+async def test_a_bad_timeout_of_a_queued_call_raises_when_awaited() -> None:
+    transport = MemoryTransport()
+    async with Publisher(transport, max_inflight=1) as pub:
+        first = await pub.publish_async("s", b"x")
+        bad = pub.publish("s", b"y", timeout=-1)
+        with pytest.raises(InvalidArgumentError, match="timeout must be > 0"):
+            await bad
+        with pytest.raises(InvalidArgumentError, match="timeout must be > 0"):
+            await pub.publish_async("s", b"y", timeout=0)
+        first.cancel()
+
+
+async def test_a_queued_call_woken_into_a_full_outbox_still_ends_by_its_call_deadline() -> None:
+    transport = MemoryTransport()
+    async with Publisher(transport, max_inflight=2, max_buffered_bytes=0, ack_timeout=5) as pub:
+        loop = asyncio.get_running_loop()
+        first = await pub.publish_async("s", b"sent")
+        await asyncio.sleep(0.01)
+        transport.disconnect()
+        kept = await pub.publish_async("s", b"kept")
+        started = loop.time()
+        queued = pub.publish("s", b"queued", timeout=0.4)
+        await asyncio.sleep(0.3)
+        transport.ack(transport.delivered[0])  # room: woken, the slow way (NATS down)
+        await first
+        await asyncio.sleep(0.01)
+        assert isinstance(queued, AckFuture) and not queued.done()
+        assert started + 0.4 <= queued.flight[FINAL] < started + 0.45
+        # Prepared and waiting for the outbox, it ends by the deadline of its call:
+        # through the ledger's timer or the outbox's wait, whichever runs first.
+        with pytest.raises((AckTimeoutError, NotConnectedError)):
+            await queued
+        assert 0.4 <= loop.time() - started < 0.9
+        kept.cancel()
