@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv servers demo test test-nats-py dist test-release lint typecheck unit proto bench bench-quick docs clean
+.PHONY: venv servers demo test test-nats-py dist test-release bench-micro lint typecheck unit proto bench bench-quick docs clean
 
 venv: $(STAMP)
 
@@ -65,6 +65,11 @@ bench: servers
 
 bench-quick: servers
 	$(PY) -m bench --quick
+
+# Micro-benchmarks of the hot-path pieces (no servers), timed by pyperf: the JSON and a
+# markdown summary with each pair's ratio (ours / the reference implementation).
+bench-micro: venv
+	$(PY) -m bench.micro -o bench/micro.json --markdown bench/MICRO.md
 
 # The guides and the API reference, into docs/_build/html; any warning fails the build.
 docs: venv

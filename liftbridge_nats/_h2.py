@@ -3,8 +3,8 @@
 Why our own: Liftbridge streams a partition as one gRPC message per stored message,
 and grpcio's Python layer, or a general HTTP/2 library, costs more CPU per message
 than all the rest of the read path (the subscribe peers of ``make bench`` measure
-grpcio; ``python -m bench.h2_cost --h2`` compares with python-hyper's ``h2`` on a
-recorded stream). Read straight off the socket, a message is a frame header, a
+grpcio; ``make bench-micro`` compares it with python-hyper's ``h2`` on a recorded
+stream, ``h2.receive.*``). Read straight off the socket, a message is a frame header, a
 slice and a protobuf parse, on the event loop, with every call to a broker
 multiplexed on one connection and no thread.
 

@@ -96,11 +96,12 @@ _PUBLISH: Final[Mapping[str, str]] = {
 class AckLatency:
     """Feeds the ack-latency histogram, at most once per ``min_interval`` seconds.
 
-    Recording one value costs the OpenTelemetry SDK about 5 microseconds, as much as
-    publishing the message; a publisher doing 100k messages/s would spend half its time
-    there. So below 1000 acks/s (the default interval) every ack is recorded, and above
-    that a steady sample of them: the distribution stays true, only the histogram's
-    count is not the number of acks (``liftbridge.publisher.acked`` is).
+    Recording one value costs the OpenTelemetry SDK about as much CPU as publishing the
+    message, or more (``otel.ack_latency`` of ``make bench-micro``, beside the client
+    CPU per message in bench/RESULTS.md): a publisher recording every ack would spend
+    half its time there. So below 1000 acks/s (the default interval) every ack is
+    recorded, and above that a steady sample of them: the distribution stays true, only
+    the histogram's count is not the number of acks (``liftbridge.publisher.acked`` is).
     """
 
     __slots__ = ("_next", "_record", "min_interval")

@@ -136,10 +136,8 @@ _NO_ACK = AckPolicy.NONE
 # flusher and reader would run only once the ledger is full: the server would get the
 # messages in bursts of max_inflight and the acks would come back the same way.
 # Letting the event loop run once every 256 messages (before a message is prepared, so
-# a cancellation there sends nothing) keeps the pipeline flowing. Measured on 100-byte
-# LEADER publishes against one node (medians of 4 alternating runs): every 256 messages
-# 151-153k msg/s, every 1024 131k, every 32 134k, never 134k (6.9 instead of 6.0 µs
-# of CPU per message).
+# a cancellation there sends nothing) keeps the pipeline flowing. 256 is a tuning
+# constant: `make bench` measures publish_async with it (bench/RESULTS.md).
 _YIELD_MASK = 255
 # Valid subjects are remembered (up to this many) so each is checked once; so are the
 # checked and encoded headers of the key+headers path.
@@ -1329,7 +1327,8 @@ class Publisher(Generic[V, K]):
 
     def _sample_latency(self, future: AckFuture, sent: float) -> None:
         """Time this message to its ack: at most one message per interval is timed,
-        since recording a value costs the SDK as much as publishing a message."""
+        since recording a value costs the SDK about as much as publishing a message (see
+        AckLatency)."""
         self._sample_at = sent + DEFAULT_LATENCY_INTERVAL
         future.add_done_callback(functools.partial(self._record_latency, sent))
 
