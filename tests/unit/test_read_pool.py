@@ -245,10 +245,16 @@ async def misbehave(script: bytes, *, read: bool = True) -> tuple[StreamEnd, Raw
             item = await take(reader)
             if isinstance(item, StreamEnd):
                 break
+        if not read:
+            # Reading paused, the broker would see the drop only when a write of its own
+            # failed, and it may have handed all it had to the kernel by then.
+            made[0].transport.resume_reading()
         await asyncio.wait_for(made[0].closed, 5)  # the connection is dropped
         return item, made[0]
     finally:
         await pool.close()
+        for broker in made:  # a failed check must not leak the broker's side either
+            broker.transport.abort()
         srv.close()
         await srv.wait_closed()
 
