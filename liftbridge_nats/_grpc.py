@@ -51,7 +51,13 @@ __all__ = [
 
 # Liftbridge answers "not leader" with FAILED_PRECONDITION and a message naming the
 # leadership; other FAILED_PRECONDITION answers (readonly, paused) are not retriable.
-_NOT_LEADER_HINTS = ("not partition leader", "not cursor partition leader", "not leader")
+_NOT_LEADER_HINTS = (
+    "not partition leader",
+    "not cursor partition leader",
+    "not leader",
+    # FetchPartitionMetadata's words on a broker that no longer leads the partition.
+    "should be sent to partition leader",
+)
 # gRPC's words for a failed TLS handshake (BoringSSL / TSI).
 _TLS_HINTS = ("ssl", "tsi_", "handshake", "certificate", "tls")
 # Raft has no leader yet (start-up, fail-over): the server says so with INTERNAL.

@@ -51,6 +51,12 @@ def status(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
         (grpc.StatusCode.FAILED_PRECONDITION, "Server not partition leader", NotLeaderError, "-rm"),
         (
             grpc.StatusCode.FAILED_PRECONDITION,
+            "The request should be sent to partition leader",
+            NotLeaderError,
+            "-rm",
+        ),
+        (
+            grpc.StatusCode.FAILED_PRECONDITION,
             "Server not leader for cursors partition 2",
             NotLeaderError,
             "-rm",
