@@ -27,6 +27,14 @@ Two networks:
 Containers keep their data and ports across ``kill_node`` / ``restart_node``. Readiness
 uses the same probe as LocalCluster.
 
+Network faults (bridge network; the engine may run with ``--iptables=false``): a node is
+isolated by leaving the network and healed by joining it again at its old address (the
+declared subnet allows that); the cut from NATS and the partition between two nodes are
+routing rules that drop a peer's address inside one container's network namespace, set
+by a helper container that joins that namespace. Liftbridge nodes talk to each other
+only through NATS, so a partition between two nodes cuts the route between their NATS
+servers, which ``nats_per_node=True`` provides.
+
 Every server is a testcontainers :class:`~testcontainers.core.container.DockerContainer`
 (created and started by testcontainers, which labels it as its own); the network comes
 from testcontainers' client. What testcontainers has no API for (fixed addresses on the
@@ -47,8 +55,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import ipaddress
 import os
+import socket
+import time
 import uuid
 import weakref
 from collections.abc import Callable, Mapping
@@ -62,7 +73,15 @@ from liftbridge_nats.testing._docker import CLUSTER_LABEL, docker_client, labels
 from liftbridge_nats.testing._image import ensure_image
 from liftbridge_nats.testing._install import DEFAULT_LIFTBRIDGE_VERSION
 from liftbridge_nats.testing._process import free_ports
-from liftbridge_nats.testing._readiness import ReadinessTarget, probe, wait_ready
+from liftbridge_nats.testing._readiness import (
+    ReadinessTarget,
+    _leader_reachable,
+    _metadata,
+    _nats_connections,
+    _serving,
+    probe,
+    wait_ready,
+)
 
 if TYPE_CHECKING:
     from testcontainers.core.container import DockerContainer
@@ -82,6 +101,25 @@ _LOST_PORT = ("address already in use", "port is already allocated")
 HOST_BINDING = "com.docker.network.bridge.host_binding_ipv4"
 # Engine calls copy whole image layers on the vfs storage driver: slow on a busy machine.
 _API_TIMEOUT = 120
+# The SERVER_LABEL of the short-lived containers that change a server's routing rules.
+_NET_HELPER = "net-helper"
+# The routing table whose only route drops everything; rules send a peer's traffic there.
+_DROP_TABLE = 100
+# Blackhole both directions inside one network namespace: `to` catches what the server
+# sends (new connections fail at once with EINVAL, established ones stall), `from` what
+# it receives (dropped silently, so the peer sees a silent network, as in a real
+# partition). busybox's `ip rule` knows no blackhole action, hence the table.
+_CUT_SCRIPT = (
+    "ip route replace blackhole default table {table} && "
+    "ip rule add to {peer} table {table} && ip rule add from {peer} table {table}"
+)
+_HEAL_SCRIPT = (
+    "ip rule del to {peer} table {table} 2>/dev/null; "
+    "ip rule del from {peer} table {table} 2>/dev/null; "
+    '! ip rule | grep -qF " {peer} lookup {table}"'
+)
+# How long a disconnected node's published port may take to be released by docker-proxy.
+_PORT_RELEASE_WAIT = 5.0
 
 
 def _discard(container: DockerContainer) -> None:
@@ -103,9 +141,14 @@ class _Owned:
         self.engine: DockerClient | None = None
         # Server ("nats", "n0", ...) -> its container.
         self.containers: dict[str, DockerContainer] = {}
+        # Node index -> a socket bound to its published port while it is isolated.
+        self.port_guards: dict[int, socket.socket] = {}
 
     def remove(self) -> None:
         """Remove every container (with its volumes) and the network of the cluster."""
+        guards, self.port_guards = self.port_guards, {}
+        for guard in guards.values():
+            guard.close()
         containers, self.containers = self.containers, {}
         for container in containers.values():
             _discard(container)
@@ -152,10 +195,15 @@ class ContainerCluster:
 
     ``network`` is ``"bridge"`` (ports published on 127.0.0.1) or ``"host"`` (servers on
     the host's 127.0.0.1, no proxy; Linux engines); see the module documentation.
-    ``liftbridge_config``, ``log_level`` and ``start_timeout`` mean what they mean for
-    LocalCluster. Faults: :meth:`kill_node` (SIGKILL), :meth:`stop_node` (SIGTERM),
-    :meth:`pause_node` / :meth:`resume_node` (the container is frozen), and
-    :meth:`restart_node`, :meth:`kill_nats`, :meth:`restart_nats`. Each server is a
+    ``nats_per_node=True`` (bridge network only) runs one NATS server beside each node,
+    the NATS servers clustered and node ``i`` connected to NATS server ``i`` alone: the
+    shape a partition between two nodes needs (Liftbridge nodes talk to each other only
+    through NATS). ``liftbridge_config``, ``log_level`` and ``start_timeout`` mean what
+    they mean for LocalCluster. Faults: :meth:`kill_node` (SIGKILL), :meth:`stop_node`
+    (SIGTERM), :meth:`pause_node` / :meth:`resume_node` (the container is frozen),
+    :meth:`restart_node`, :meth:`kill_nats`, :meth:`restart_nats`, and network faults
+    (bridge network only): :meth:`isolate_node`, :meth:`isolate_nats`,
+    :meth:`partition`, each with its heal, and :meth:`heal_all`. Each server is a
     testcontainers ``DockerContainer``; a Docker engine must answer where testcontainers
     looks (``DOCKER_HOST``, the Docker context, or the default socket). testcontainers'
     reaper is turned off for the process unless ``TESTCONTAINERS_RYUK_DISABLED`` (or
@@ -174,12 +222,16 @@ class ContainerCluster:
         image: str | None = None,
         nats_image: str | None = None,
         network: str = "bridge",
+        nats_per_node: bool = False,
     ) -> None:
         if nodes < 1:
             raise ValueError("a ContainerCluster needs at least one Liftbridge node")
         if network not in NETWORKS:
             raise ValueError(f"network={network!r}: use one of {', '.join(NETWORKS)}")
+        if nats_per_node and network != "bridge":
+            raise ValueError("nats_per_node=True needs network='bridge'")
         self.network = network
+        self.nats_per_node = nats_per_node
         self._version = liftbridge_version
         self._overrides = dict(liftbridge_config or {})
         self.start_timeout = start_timeout
@@ -190,14 +242,24 @@ class ContainerCluster:
         self._nats_image = ""
         self._local_image = ""
         self._node_ids = [f"n{i}" for i in range(nodes)]
+        # NATS servers by index: one ("nats"), or one per node ("nats-0", ...).
+        self._nats_servers = [f"nats-{i}" for i in range(nodes)] if nats_per_node else [_NATS]
         self._namespace = f"lbn-{uuid.uuid4().hex[:10]}"
         self._ports: list[int] = []
-        self._nats_port = 0
-        self._monitor_port = 0
+        self._nats_ports: list[int] = []
+        self._monitor_ports: list[int] = []
+        # Addresses of the NATS servers on the bridge network (fixed at creation).
+        self._nats_addresses: list[str] = []
+        # Network faults in force: isolated node -> the address it comes back at; nodes
+        # cut from NATS; pairs of nodes (i < j) partitioned from each other.
+        self._isolated: dict[int, str | None] = {}
+        self._nats_cut: set[int] = set()
+        self._partitions: set[tuple[int, int]] = set()
         self._cursors_enabled = True
         # False once the harness stopped a server: such a server is not "crashed".
         self._wanted = [False] * nodes
         self._nats_wanted = False
+        self._helper_image = ""
         self._owned = _Owned(self._namespace)
         self._finalizer = weakref.finalize(self, self._owned.cleanup)
         self._started = False
@@ -211,15 +273,23 @@ class ContainerCluster:
 
     @property
     def nats_url(self) -> str:
-        """URL of the NATS container as the tests reach it (``nats://127.0.0.1:PORT``)."""
+        """URL of the NATS container as the tests reach it (``nats://127.0.0.1:PORT``);
+        with ``nats_per_node``, that of NATS server 0."""
         self._require_started()
-        return f"nats://{LOOPBACK}:{self._nats_port}"
+        return f"nats://{LOOPBACK}:{self._nats_ports[0]}"
+
+    @property
+    def nats_urls(self) -> list[str]:
+        """URLs of the NATS servers by index: one, or with ``nats_per_node`` the one
+        beside each node (``nats_urls[i]`` is the server node ``i`` uses)."""
+        self._require_started()
+        return [f"nats://{LOOPBACK}:{port}" for port in self._nats_ports]
 
     @property
     def nats_monitor_url(self) -> str:
-        """URL of nats-server's HTTP monitoring endpoint."""
+        """URL of nats-server's HTTP monitoring endpoint (NATS server 0's)."""
         self._require_started()
-        return f"http://{LOOPBACK}:{self._monitor_port}"
+        return f"http://{LOOPBACK}:{self._monitor_ports[0]}"
 
     @property
     def brokers(self) -> list[str]:
@@ -249,8 +319,8 @@ class ContainerCluster:
 
     @property
     def nats_container_name(self) -> str:
-        """Name of the NATS container."""
-        return self._name(_NATS)
+        """Name of the NATS container (with ``nats_per_node``, NATS server 0's)."""
+        return self._name(self._nats_servers[0])
 
     # ------------------------------------------------------------------ state and logs
 
@@ -282,8 +352,9 @@ class ContainerCluster:
         return self._states().get(self._node_ids[i]) in _ALIVE
 
     def is_nats_running(self) -> bool:
-        """Whether the NATS container runs."""
-        return self._states().get(_NATS) in _ALIVE
+        """Whether the NATS container runs (with ``nats_per_node``: all of them)."""
+        states = self._states()
+        return all(states.get(server) in _ALIVE for server in self._nats_servers)
 
     def _logs(self, server: str, tail: int | Literal["all"] = "all") -> str:
         container = self._owned.containers.get(server)
@@ -308,9 +379,8 @@ class ContainerCluster:
         except Exception as exc:
             return f"(no logs: {exc})"
         parts = []
-        servers = [(_NATS, "nats-server")] + [
-            (node_id, f"liftbridge {node_id}") for node_id in self._node_ids
-        ]
+        servers = [(server, f"nats-server {server}") for server in self._nats_servers]
+        servers += [(node_id, f"liftbridge {node_id}") for node_id in self._node_ids]
         for server, title in servers:
             state = states.get(server, "not created")
             parts.append(f"----- {title} [{state}] container {self._name(server)} (last {n} lines)")
@@ -356,8 +426,16 @@ class ContainerCluster:
         _run_sync(self.start())
 
     def stop_sync(self) -> None:
-        """Remove every container (with its volumes) and the network."""
+        """Remove every container (with its volumes) and the network.
+
+        Network faults need no healing first: a disconnected container is removed like
+        any other, and routing rules live in network namespaces that go with their
+        containers.
+        """
         self._owned.cleanup()
+        self._isolated.clear()
+        self._nats_cut.clear()
+        self._partitions.clear()
         self._started = False
         self._wanted = [False] * len(self._node_ids)
         self._nats_wanted = False
@@ -500,13 +578,16 @@ class ContainerCluster:
                 f"{HOST_BINDING}. Use network='host' (Linux engines) or another engine."
             )
 
-    def _create_network(self) -> str:
-        """Create the cluster's network; return the address reserved for NATS.
+    def _create_network(self) -> list[str]:
+        """Create the cluster's network; return the addresses reserved for the NATS
+        servers.
 
         A fixed address needs a subnet declared at creation, so the engine first picks
         one (clear of other networks and routes) for a throw-away network; the real one
         then declares it, with dynamic addresses in its lower half and NATS at the top.
-        Ports published without an address go to 127.0.0.1 on this network.
+        The declared subnet also lets :meth:`heal_node` connect a node again at the
+        address it had. Ports published without an address go to 127.0.0.1 on this
+        network.
         """
         import docker.errors
         import docker.types
@@ -540,45 +621,62 @@ class ContainerCluster:
                 if attempt == _START_ATTEMPTS - 1:
                     raise
                 continue  # another network took the subnet in between: pick again
-            return str(subnet.broadcast_address - 1)
+            top = subnet.broadcast_address
+            return [str(top - 1 - k) for k in range(len(self._nats_servers))]
         raise AssertionError("unreachable")
 
     def _launch(self) -> None:
-        ports = free_ports(len(self._node_ids) + 2)
-        self._nats_port, self._monitor_port, self._ports = ports[0], ports[1], ports[2:]
+        count = len(self._nats_servers)
+        ports = free_ports(len(self._node_ids) + 2 * count)
+        self._nats_ports, self._monitor_ports = ports[:count], ports[count : 2 * count]
+        self._ports = ports[2 * count :]
+        nats_urls: list[str]
         if self.network == "host":
             # Every server listens on the host's loopback, at the ports picked above.
             self._owned.created = True
-            nats_url = f"nats://{LOOPBACK}:{self._nats_port}"
+            nats_urls = [f"nats://{LOOPBACK}:{self._nats_ports[0]}"]
             nats_command = [
-                *("--addr", LOOPBACK, "--port", str(self._nats_port)),
-                *("--http_port", str(self._monitor_port)),
+                *("--addr", LOOPBACK, "--port", str(self._nats_ports[0])),
+                *("--http_port", str(self._monitor_ports[0])),
             ]
-            nats_ports: dict[int, int] = {}
             # A network named outright: testcontainers then guesses none of its own.
-            nats_options: dict[str, Any] = {"network": "host"}
+            self._create(
+                _NATS, self._nats_image, entrypoint=["nats-server"], network="host"
+            ).with_command(nats_command)
         else:
-            nats_address = self._create_network()
-            nats_url = f"nats://{nats_address}:4222"
-            endpoint = self._client().client.api.create_endpoint_config(ipv4_address=nats_address)
-            nats_command = ["--addr", "0.0.0.0", "--port", "4222", "--http_port", "8222"]
-            nats_ports = {4222: self._nats_port, 8222: self._monitor_port}
-            nats_options = {
-                "network": self._namespace,
-                "networking_config": {self._namespace: endpoint},
-            }
+            self._nats_addresses = self._create_network()
+            nats_urls = [f"nats://{address}:4222" for address in self._nats_addresses]
+            for k, server in enumerate(self._nats_servers):
+                command = ["--addr", "0.0.0.0", "--port", "4222", "--http_port", "8222"]
+                if count > 1:
+                    # A full mesh: every server is given every route (its own included,
+                    # which nats-server recognises and skips). --no_advertise: clients
+                    # learn no other server, so a node whose NATS server restarts comes
+                    # back to it instead of moving to another (and out of the path a
+                    # partition cuts).
+                    routes = ",".join(f"nats://{a}:6222" for a in self._nats_addresses)
+                    command += ["--cluster_name", self._namespace, "--no_advertise"]
+                    command += ["--cluster", "nats://0.0.0.0:6222", "--routes", routes]
+                endpoint = self._client().client.api.create_endpoint_config(
+                    ipv4_address=self._nats_addresses[k]
+                )
+                self._create(
+                    server,
+                    self._nats_image,
+                    ports={4222: self._nats_ports[k], 8222: self._monitor_ports[k]},
+                    entrypoint=["nats-server"],
+                    network=self._namespace,
+                    networking_config={self._namespace: endpoint},
+                ).with_command(command)
         self._nats_wanted = True
-        self._create(
-            _NATS, self._nats_image, ports=nats_ports, entrypoint=["nats-server"], **nats_options
-        ).with_command(nats_command)
-        self._start_all([_NATS])
+        self._start_all(list(self._nats_servers))
         for i, node_id in enumerate(self._node_ids):
             port = self._ports[i]
             flat = node_config(
                 node_id=node_id,
                 port=port,
                 data_dir="/data",
-                nats_url=nats_url,
+                nats_url=nats_urls[i % len(nats_urls)],
                 namespace=self._namespace,
                 node_ids=self._node_ids,
                 log_level=self._log_level,
@@ -631,6 +729,10 @@ class ContainerCluster:
             raise ServerStartError(
                 f"could not start the container {self._name(server)} again: {exc}"
             ) from exc
+        # A started container has a new network namespace: its cuts went with the old
+        # one, and a fault lasts until it is healed.
+        for peer in self._cuts().get(server, []):
+            self._in_namespace(server, _CUT_SCRIPT.format(peer=peer, table=_DROP_TABLE))
 
     async def kill_node(self, i: int) -> None:
         """SIGKILL node ``i``'s container (no clean shutdown); it keeps its data and port."""
@@ -666,21 +768,261 @@ class ContainerCluster:
         await self._call(self._start_again, server)
         await self.wait_ready()
 
+    def _each_nats(self, action: Callable[[str], None]) -> None:
+        with concurrent.futures.ThreadPoolExecutor(len(self._nats_servers)) as pool:
+            for done in [pool.submit(action, server) for server in self._nats_servers]:
+                done.result()
+
     async def kill_nats(self) -> None:
-        """SIGKILL the NATS container."""
+        """SIGKILL the NATS container (with ``nats_per_node``: every NATS container)."""
         self._require_started()
         self._nats_wanted = False
-        await self._call(self._kill, _NATS)
+        await self._call(self._each_nats, self._kill)
 
     async def restart_nats(self) -> None:
-        """Start the NATS container again on the same ports and wait until every running
-        Liftbridge node has reconnected (clients reconnect to the same URL)."""
+        """Start the NATS container (with ``nats_per_node``: every one) again on the same
+        ports and wait until every running Liftbridge node has reconnected (clients
+        reconnect to the same URL)."""
         self._require_started()
         self._nats_wanted = False
-        await self._call(self._kill, _NATS)
+        await self._call(self._each_nats, self._kill)
         self._nats_wanted = True
-        await self._call(self._start_again, _NATS)
+        await self._call(self._each_nats, self._start_again)
         await self.wait_ready()
+
+    # ------------------------------------------------------------------ network faults
+    #
+    # Without iptables (the engine may run with --iptables=false) two tools remain, both
+    # plain engine calls: leaving the network, and routing rules inside a container's
+    # network namespace. The rules are set by a short-lived helper container that joins
+    # the server's namespace with NET_ADMIN (`--network container:<id>`): it needs no
+    # root on the host, no tool in the server images, and works on a paused server. A
+    # partition between two nodes has to cut NATS, not the nodes: Liftbridge nodes open
+    # no connection to each other, their Raft and replication traffic goes through NATS.
+
+    def _require_bridge(self, what: str) -> None:
+        self._require_started()
+        if self.network != "bridge":
+            raise RuntimeError(
+                f"{what} needs network='bridge': on the host network every server "
+                "shares the host's network stack"
+            )
+
+    async def isolate_node(self, i: int) -> None:
+        """Cut node ``i`` off the network: from NATS, from its peers and from clients.
+
+        The container leaves the cluster's network and keeps running, convinced of
+        whatever it believed; :meth:`heal_node` brings it back at the same address. Its
+        published port goes with the network: while isolated, connections to
+        ``brokers[i]`` are refused and those open are closed (the harness holds the port
+        so that nothing else takes it). Its TCP connections to NATS are not closed:
+        packets are dropped, and a connection that neither side gave up on during the
+        isolation carries on after the heal. Nothing happens if it is isolated already.
+        """
+        self._require_bridge("isolate_node()")
+        await self._call(self._disconnect, i)
+
+    async def heal_node(self, i: int) -> None:
+        """Connect node ``i`` to the cluster's network again, at the address it had, with
+        its published port; nothing happens if it is not isolated. Does not wait for the
+        cluster: call :meth:`wait_ready` for that."""
+        self._require_bridge("heal_node()")
+        await self._call(self._reconnect, i)
+
+    async def isolate_nats(self, i: int) -> None:
+        """Cut node ``i`` off NATS (the NATS server it uses) while clients still reach its
+        gRPC port: the node serves what it knows, and can neither receive publishes nor
+        reach its peers.
+
+        Inside the node's network namespace, traffic to and from NATS is dropped: the
+        node's new connections fail at once, its established ones stall; NATS sees
+        silence. Nothing happens if the cut is in force already.
+        """
+        self._require_bridge("isolate_nats()")
+        peer = self._nats_address_of(i)
+        if i not in self._nats_cut:
+            await self._call(self._cut, self._node_ids[i], peer)
+            self._nats_cut.add(i)
+
+    async def heal_nats(self, i: int) -> None:
+        """End :meth:`isolate_nats` for node ``i`` (nothing happens if it is not cut)."""
+        self._require_bridge("heal_nats()")
+        peer = self._nats_address_of(i)
+        if i in self._nats_cut:
+            await self._call(self._uncut, self._node_ids[i], peer)
+            self._nats_cut.discard(i)
+
+    async def partition(self, i: int, j: int) -> None:
+        """Partition nodes ``i`` and ``j`` from each other, both ways; each still reaches
+        the other nodes, NATS and clients. Needs ``nats_per_node=True``: the route
+        between their NATS servers is cut (dropped inside the network namespace of the
+        lower-numbered one), which is the only path between two Liftbridge nodes.
+        Nothing happens if the partition is in force already.
+        """
+        self._require_bridge("partition()")
+        pair = self._pair(i, j)
+        if pair not in self._partitions:
+            await self._call(self._cut, *self._partition_cut(pair))
+            self._partitions.add(pair)
+
+    async def heal_partition(self, i: int, j: int) -> None:
+        """End :meth:`partition` between nodes ``i`` and ``j`` (in either order)."""
+        self._require_bridge("heal_partition()")
+        pair = self._pair(i, j)
+        if pair in self._partitions:
+            await self._call(self._uncut, *self._partition_cut(pair))
+            self._partitions.discard(pair)
+
+    async def heal_all(self) -> None:
+        """End every network fault in force (isolations, NATS cuts, partitions)."""
+        for i in sorted(self._isolated):
+            await self.heal_node(i)
+        for i in sorted(self._nats_cut):
+            await self.heal_nats(i)
+        for i, j in sorted(self._partitions):
+            await self.heal_partition(i, j)
+
+    @property
+    def network_faults(self) -> list[str]:
+        """The network faults in force, as ``"isolate_node(1)"``, ``"isolate_nats(0)"``,
+        ``"partition(0, 2)"``."""
+        faults = [f"isolate_node({i})" for i in sorted(self._isolated)]
+        faults += [f"isolate_nats({i})" for i in sorted(self._nats_cut)]
+        return faults + [f"partition({i}, {j})" for i, j in sorted(self._partitions)]
+
+    def _faulted(self) -> set[int]:
+        """Nodes that a network fault touches."""
+        pairs = {node for pair in self._partitions for node in pair}
+        return set(self._isolated) | self._nats_cut | pairs
+
+    def _check_node(self, i: int) -> int:
+        if not 0 <= i < len(self._node_ids):
+            raise IndexError(f"no node {i}: the cluster has nodes 0 to {len(self._node_ids) - 1}")
+        return i
+
+    def _nats_address_of(self, i: int) -> str:
+        return self._nats_addresses[self._check_node(i) % len(self._nats_addresses)]
+
+    def _pair(self, i: int, j: int) -> tuple[int, int]:
+        if not self.nats_per_node:
+            raise RuntimeError(
+                "partition() needs ContainerCluster(..., nats_per_node=True): Liftbridge "
+                "nodes reach each other only through NATS, so with one NATS server for "
+                "all there is no path between two nodes to cut (isolate_nats() cuts a "
+                "node from all of its peers)"
+            )
+        if self._check_node(i) == self._check_node(j):
+            raise ValueError(f"partition({i}, {j}): name two different nodes")
+        return (i, j) if i < j else (j, i)
+
+    def _partition_cut(self, pair: tuple[int, int]) -> tuple[str, str]:
+        """(server whose namespace drops the traffic, the peer address it drops)."""
+        return self._nats_servers[pair[0]], self._nats_addresses[pair[1]]
+
+    def _cuts(self) -> dict[str, list[str]]:
+        """Server -> peer addresses dropped inside its network namespace."""
+        cuts: dict[str, list[str]] = {}
+        for i in self._nats_cut:
+            cuts.setdefault(self._node_ids[i], []).append(self._nats_address_of(i))
+        for pair in self._partitions:
+            server, peer = self._partition_cut(pair)
+            cuts.setdefault(server, []).append(peer)
+        return cuts
+
+    def _cut(self, server: str, peer: str) -> None:
+        self._in_namespace(server, _CUT_SCRIPT.format(peer=peer, table=_DROP_TABLE))
+
+    def _uncut(self, server: str, peer: str) -> None:
+        self._in_namespace(server, _HEAL_SCRIPT.format(peer=peer, table=_DROP_TABLE))
+
+    def _in_namespace(self, server: str, script: str) -> None:
+        """Run ``script`` (busybox sh, as root with NET_ADMIN) in the network namespace
+        of ``server``'s container. A container that does not run has no namespace: its
+        rules went with it, and :meth:`_start_again` sets them again."""
+        import docker.errors
+
+        container = self._container(server).get_wrapped_container()
+        container.reload()
+        if container.status not in _ALIVE:
+            return
+        if not self._helper_image:
+            # The local image (busybox's `ip`), whatever image the servers run.
+            self._helper_image = self._local_image or ensure_image(self._client(), self._version)
+        try:
+            self._client().client.containers.run(
+                self._helper_image,
+                entrypoint=["sh", "-c", script],
+                user="0",
+                network_mode=f"container:{container.id}",
+                cap_add=["NET_ADMIN"],
+                labels={**labels(self._namespace), SERVER_LABEL: _NET_HELPER},
+                remove=True,
+                stdout=True,
+                stderr=True,
+            )
+        except docker.errors.DockerException as exc:
+            raise ServerStartError(
+                f"could not change the routing rules of {self._name(server)}: {exc}"
+            ) from exc
+
+    def _network(self) -> Any:
+        """The docker-py object of the cluster's network."""
+        return self._client().client.networks.get(self._namespace)
+
+    def _disconnect(self, i: int) -> None:
+        if self._check_node(i) in self._isolated:
+            return
+        container = self._container(self._node_ids[i]).get_wrapped_container()
+        container.reload()
+        settings = container.attrs["NetworkSettings"]["Networks"].get(self._namespace) or {}
+        # A container that does not run has no address: it gets any on its way back.
+        address = settings.get("IPAddress") or None
+        self._network().disconnect(container)
+        self._isolated[i] = address
+        self._owned.port_guards[i] = self._hold_port(self._ports[i])
+
+    def _hold_port(self, port: int) -> socket.socket:
+        """Bind (not listen on) ``port``, which docker-proxy left, so that connections
+        are still refused and no port picked by the OS (bind to port 0, as the harness
+        and most servers pick theirs) is this one before :meth:`_reconnect` gives it
+        back: the engine cannot publish a taken port, and a connect that fails that way
+        leaves the container broken (engine 20.10).
+
+        SO_REUSEADDR because the proxy's closed connections linger in TIME_WAIT on the
+        port and would refuse a plain bind; a port-0 bind still never lands on it.
+        """
+        deadline = time.monotonic() + _PORT_RELEASE_WAIT
+        while True:
+            guard = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            guard.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                guard.bind((LOOPBACK, port))
+            except OSError:
+                guard.close()
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)  # docker-proxy is still on its way out
+                continue
+            return guard
+
+    def _reconnect(self, i: int) -> None:
+        import docker.errors
+
+        if self._check_node(i) not in self._isolated:
+            return
+        address = self._isolated[i]
+        guard = self._owned.port_guards.pop(i, None)
+        if guard is not None:
+            guard.close()
+        container = self._container(self._node_ids[i]).get_wrapped_container()
+        try:
+            self._network().connect(container, ipv4_address=address)
+        except docker.errors.DockerException as exc:
+            raise ServerStartError(
+                f"could not connect {self._name(self._node_ids[i])} to the network "
+                f"again at {address}: {exc}"
+            ) from exc
+        del self._isolated[i]
 
     # ------------------------------------------------------------------ readiness
 
@@ -699,19 +1041,39 @@ class ContainerCluster:
     def _probe(self, rpc_timeout: float) -> str | None:
         states = self._states()
         self._check_alive(states)
-        running = [i for i, n in enumerate(self._node_ids) if states.get(n) in _ALIVE]
-        return probe(
-            ReadinessTarget(
-                brokers={self._node_ids[i]: self.brokers[i] for i in running},
-                namespace=self._namespace,
-                monitor_url=self.nats_monitor_url,
-                cursors_enabled=self._cursors_enabled,
-                rpc_timeout=rpc_timeout,
-            )
+        # Nodes that a network fault touches are left out, as stopped ones are.
+        faulted = self._faulted()
+        running = [
+            i for i, n in enumerate(self._node_ids) if states.get(n) in _ALIVE and i not in faulted
+        ]
+        target = ReadinessTarget(
+            brokers={self._node_ids[i]: self.brokers[i] for i in running},
+            namespace=self._namespace,
+            monitor_url=self.nats_monitor_url,
+            cursors_enabled=self._cursors_enabled,
+            rpc_timeout=rpc_timeout,
         )
+        if len(self._nats_servers) == 1:
+            return probe(target)
+        # One NATS server per node: each node's connections are on its own server.
+        for i in running:
+            reason = _nats_connections(
+                dataclasses.replace(
+                    target,
+                    brokers={self._node_ids[i]: self.brokers[i]},
+                    monitor_url=f"http://{LOOPBACK}:{self._monitor_ports[i]}",
+                )
+            )
+            if reason is not None:
+                return reason
+        for check in (_serving, _metadata, _leader_reachable):
+            reason = check(target)
+            if reason is not None:
+                return reason
+        return None
 
     def _check_alive(self, states: dict[str, str]) -> None:
-        if states.get(_NATS) not in _ALIVE:
+        if any(states.get(server) not in _ALIVE for server in self._nats_servers):
             if self._nats_wanted:
                 raise ServerStartError(
                     "nats-server exited by itself (see its log below). "
