@@ -98,13 +98,40 @@ test_python() {
         "${README[@]}"
 }
 
-[ "$#" -gt 0 ] || set -- floors 3.12 3.13
-for job in "$@"; do
-    start=$SECONDS
-    case "$job" in
+run_job() {
+    case "$1" in
         floors) test_floors ;;
-        3.*) test_python "$job" ;;
-        *) say "error: unknown job $job (floors, 3.12, 3.13)"; exit 2 ;;
+        3.*) test_python "$1" ;;
+        *) say "error: unknown job $1 (floors, 3.12, 3.13)"; return 2 ;;
     esac
-    say "$job passed in $((SECONDS - start)) s"
+}
+
+[ "$#" -gt 0 ] || set -- floors 3.12 3.13
+# The jobs are independent (a venv and servers of their own, ports from the OS) and
+# mostly wait on the servers, so they run side by side; each one's output is printed
+# whole when it ends.
+mkdir -p "$CACHE"
+logs="$(mktemp -d "$CACHE/wheel-tests-logs.XXXXXX")"
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$logs"' EXIT
+declare -A pids
+for job in "$@"; do
+    (
+        # (not `run_job && echo`: a function called in an && list runs without set -e)
+        start=$SECONDS
+        run_job "$job"
+        echo "[wheel-tests] $job passed in $((SECONDS - start)) s"
+    ) >"$logs/$job.log" 2>&1 &
+    pids[$job]=$!
 done
+failed=()
+for job in "$@"; do
+    if ! wait "${pids[$job]}"; then
+        failed+=("$job")
+    fi
+    printf '\n[wheel-tests] ---- %s ----\n' "$job"
+    cat "$logs/$job.log"
+done
+if [ "${#failed[@]}" -gt 0 ]; then
+    say "error: failed: ${failed[*]}"
+    exit 1
+fi
