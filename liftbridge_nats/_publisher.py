@@ -814,8 +814,22 @@ class Publisher(Generic[V, K]):
                 )
             )
             return call  # type: ignore[no-any-return]
+        # The slow way runs when the coroutine is first awaited, which may be long after
+        # this call: its deadline is fixed here, as the queued fast path's is above.
+        try:
+            deadline = self._time() + self._budget(timeout)
+        except Exception as exc:  # not started, or a bad timeout: raised when awaited
+            return _raising(exc)
         return self._publish_waiting(
-            subject, value, key, headers, ack_policy, correlation_id, expected_offset, timeout
+            subject,
+            value,
+            key,
+            headers,
+            ack_policy,
+            correlation_id,
+            expected_offset,
+            timeout,
+            deadline=deadline,
         )
 
     def _submit_queued(self, queued: _Queued) -> None:
@@ -897,6 +911,8 @@ class Publisher(Generic[V, K]):
         expected_offset: int | None,
         timeout: float | None,
         traced: bool = False,
+        *,
+        deadline: float | None = None,
     ) -> Ack | None:
         future = await self._submit_waiting(
             subject,
@@ -908,6 +924,7 @@ class Publisher(Generic[V, K]):
             expected_offset,
             timeout,
             traced,
+            deadline=deadline,
         )
         # Cancelling this wait cancels the future, which forgets the message.
         return await future
@@ -1109,19 +1126,22 @@ class Publisher(Generic[V, K]):
         timeout: float | None,
         traced: bool = False,
         make: Callable[[], AckFuture] | None = None,
+        *,
+        deadline: float | None = None,
     ) -> AckFuture:
         """:meth:`_submit_now` for when something must be awaited first or instead.
 
         A wait for room counts against the publish's time: its deadline runs from
-        here, and a message that found no room by then fails, never sent, in the
-        future returned.
+        ``deadline`` (the call's, loop time) or else from here, and a message that found
+        no room by then fails, never sent, in the future returned.
         """
         if make is None:
             make = self._create_future
-        if self._must_wait():
-            final = self._time() + self._budget(timeout)
-            with contextlib.suppress(TimeoutError):  # then no time is left, below
-                await self._wait_for_room(final)
+        if deadline is not None or self._must_wait():
+            final = self._time() + self._budget(timeout) if deadline is None else deadline
+            if self._must_wait():
+                with contextlib.suppress(TimeoutError):  # then no time is left, below
+                    await self._wait_for_room(final)
             left = final - self._time()
             if left <= 0:
                 future = make()

@@ -412,6 +412,28 @@ async def test_the_awaited_face_without_the_fast_path_keeps_the_deadline_too() -
     assert _values(transport.delivered) == [b"x"]
 
 
+async def test_the_awaited_face_without_the_fast_path_counts_from_the_call_not_the_await() -> None:
+    # publish() returns a coroutine there; awaited late, its clock still began at the call.
+    transport = MemoryTransport(fast_path=False)
+    async with Publisher(transport, max_inflight=1, ack_timeout=5) as pub:
+        loop = asyncio.get_running_loop()
+        first = await pub.publish_async("s", b"x")
+        started = loop.time()
+        late = pub.publish("s", b"late", timeout=0.3)
+        await asyncio.sleep(0.2)
+        first.cancel()  # room frees with 0.1 s of the call's time left
+        with pytest.raises(AckTimeoutError) as caught:
+            await late
+        assert 0.3 <= loop.time() - started < 0.6, loop.time() - started
+        assert caught.value.maybe_stored  # sent once room freed, with the rest of its time
+        expired = pub.publish("s", b"expired", timeout=0.1)
+        await asyncio.sleep(0.15)
+        with pytest.raises(AckTimeoutError) as never:
+            await expired
+        assert _never_sent(never.value)
+    assert _values(transport.delivered) == [b"x", b"late"]
+
+
 async def test_a_bad_timeout_of_a_queued_call_raises_when_awaited() -> None:
     transport = MemoryTransport()
     async with Publisher(transport, max_inflight=1) as pub:
