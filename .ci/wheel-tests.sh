@@ -11,7 +11,8 @@
 #         the publisher's integration and NATS fault tests both ways (the fast path on,
 #         and off: nats-py's public API), as on the oldest nats-py allowed.
 # 3.12, 3.13   the newest dependencies: the unit tests, the publisher, client and consumer
-#         integration tests, and the README's example.
+#         integration tests, and the README's example; on 3.13 also the publisher's
+#         integration and NATS fault tests with the fast path off (`make test-nats-py`).
 #
 # The venvs live outside the clone and are made anew each run; pip's own cache keeps the
 # downloads. The tests import the installed package: LIFTBRIDGE_NATS_TEST_INSTALLED=1
@@ -35,6 +36,7 @@ PUBLISHER_FAULTS=("${PUBLISHER[@]}" tests/faults/test_nats_restart.py
 CLIENT=(tests/integration/test_client_*.py --deselect tests/integration/test_client_failover.py)
 CONSUMER=(tests/integration/test_consumer_*.py)
 README=(tests/integration/test_readme.py)
+NEWEST=3.13
 
 say() { printf '[wheel-tests] %s\n' "$*" >&2; }
 
@@ -99,6 +101,10 @@ test_python() {
     "$venv/bin/python" -m pip install --quiet "$wheel[testing]" hypothesis h2
     run_pytest "$venv" "${UNIT[@]}" "${PUBLISHER[@]}" "${CLIENT[@]}" "${CONSUMER[@]}" \
         "${README[@]}"
+    if [ "$version" = "$NEWEST" ]; then
+        # What `make test-nats-py` runs, on the newest nats-py: nats-py's public API.
+        LIFTBRIDGE_NATS_FAST_PATH=0 run_pytest "$venv" "${PUBLISHER_FAULTS[@]}"
+    fi
 }
 
 run_job() {
