@@ -17,6 +17,8 @@ if sys.version_info >= (3, 13):
 else:  # TypeVar defaults (PEP 696) arrived in 3.13
     from typing_extensions import TypeVar
 
+from ._trace_context import extract_context
+
 if TYPE_CHECKING:
     from opentelemetry.context import Context
 
@@ -159,6 +161,4 @@ class Message(Generic[V, K]):
         ``tracestate`` and baggage in the headers), or None when it carries none or
         ``opentelemetry-api`` is not installed. Pass it as a link or parent of a span;
         :func:`liftbridge_nats.tracing.consumer_span` does both for you."""
-        from ._tracing import extract_context
-
         return extract_context(self.headers)

@@ -22,6 +22,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import TypeAlias
 
+from ._checks import check_partition
 from ._errors import InvalidArgumentError
 
 __all__ = [
@@ -41,8 +42,7 @@ PartitionFunction: TypeAlias = Callable[[bytes | None, bytes, int], int]
 
 def partition_subject(subject: str, partition: int) -> str:
     """The NATS subject of ``partition`` of a stream recording ``subject``."""
-    if partition < 0:
-        raise InvalidArgumentError(f"partition must be >= 0, got {partition}")
+    check_partition(partition)
     return subject if partition == 0 else f"{subject}.{partition}"
 
 

@@ -15,8 +15,9 @@ Who pays what:
   propagator (W3C ``traceparent``/``tracestate``, and baggage, by default); a header the
   caller set is never overwritten.
 
-On the read side :func:`extract_context` (also ``Message.trace_context``) recovers the
-producer's context from the stored headers, and :func:`consumer_span` starts a CONSUMER
+On the read side :func:`extract_context` (also ``Message.trace_context``; it lives in
+:mod:`._trace_context`, with the lazy import of opentelemetry) recovers the producer's
+context from the stored headers, and :func:`consumer_span` starts a CONSUMER
 span linked to the producer's span (or, for a batch, to each message's producer span).
 Extraction needs only the API, no SDK.
 """
@@ -25,11 +26,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ._errors import InvalidArgumentError
 from ._messages import Message
+from ._trace_context import (
+    SCOPE,
+    SETTER,
+    Otel,
+    extract_context,
+    inject_context,
+    otel_available,
+    scope_version,
+    sdk_configured,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -50,9 +61,6 @@ __all__ = [
     "sdk_configured",
 ]
 
-SCOPE: Final = "liftbridge_nats"
-"""The instrumentation scope (tracer and meter name) of the SDK."""
-
 # OpenTelemetry messaging semantic conventions (v1.27+ names).
 SYSTEM: Final = "messaging.system"
 OPERATION_TYPE: Final = "messaging.operation.type"
@@ -70,134 +78,10 @@ LB_OFFSET: Final = "messaging.liftbridge.offset"
 LIFTBRIDGE: Final = "liftbridge"
 
 
-class _Otel:
-    """The opentelemetry modules, imported once on first use (None: not installed)."""
-
-    loaded = False
-    trace: Any = None
-    propagate: Any = None
-    baggage: Any = None
-    tracer: Any = None  # a ProxyTracer of the global provider: follows a late SDK set-up
-
-    @classmethod
-    def load(cls) -> bool:
-        if not cls.loaded:
-            cls.loaded = True
-            try:
-                from opentelemetry import baggage, propagate, trace
-            except ImportError:
-                return False
-            cls.trace, cls.propagate, cls.baggage = trace, propagate, baggage
-            cls.tracer = trace.get_tracer(SCOPE, scope_version())
-        return cls.trace is not None
-
-
-def scope_version() -> str:
-    """The package version, as the instrumentation scope's version."""
-    from . import __version__
-
-    return __version__
-
-
-def otel_available() -> bool:
-    """True when ``opentelemetry-api`` can be imported."""
-    return _Otel.load()
-
-
-def sdk_configured() -> bool:
-    """True when a real tracer provider (an SDK) is installed globally.
-
-    Costs a function call and an environment lookup: call it once, not per message.
-    """
-    if not _Otel.load():
-        return False
-    trace = _Otel.trace
-    provider = trace.get_tracer_provider()
-    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
-
-
 def error_type(exc: BaseException) -> str:
     """The ``error.type`` of an exception: its fully qualified class name."""
     cls = type(exc)
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-# ------------------------------------------------------------------ propagation
-
-
-class _HeaderSetter:
-    """Writes propagation fields into Liftbridge headers (str -> bytes), never replacing
-    a header the caller set (names compared case-insensitively, as HTTP does)."""
-
-    def set(self, carrier: MutableMapping[str, bytes], key: str, value: str) -> None:
-        if key in carrier:
-            return
-        lowered = key.lower()
-        if any(name.lower() == lowered for name in carrier):
-            return
-        carrier[key] = value.encode()
-
-
-class _HeaderGetter:
-    """Reads propagation fields from Liftbridge headers; undecodable values are ignored."""
-
-    def get(self, carrier: Mapping[str, bytes | bytearray], key: str) -> list[str] | None:
-        data = carrier.get(key)
-        if data is None:
-            lowered = key.lower()
-            for name, value in carrier.items():
-                if name.lower() == lowered:
-                    data = value
-                    break
-            else:
-                return None
-        try:
-            return [bytes(data).decode()]
-        except (UnicodeDecodeError, TypeError):
-            return None
-
-    def keys(self, carrier: Mapping[str, bytes | bytearray]) -> list[str]:
-        return list(carrier)
-
-
-_SETTER = _HeaderSetter()
-_GETTER = _HeaderGetter()
-
-
-def inject_context(
-    headers: Mapping[str, bytes] | None = None, context: Context | None = None
-) -> dict[str, bytes]:
-    """Headers with the trace context of ``context`` (default: the current one) added.
-
-    Returns a new dict (``headers`` is not changed). The global propagator decides the
-    fields (W3C ``traceparent``, ``tracestate`` and ``baggage`` by default); a header
-    already present under one of those names is kept as it is. Without
-    ``opentelemetry-api``, or without an active span, the headers come back unchanged.
-    """
-    carrier = dict(headers) if headers else {}
-    if _Otel.load():
-        _Otel.propagate.inject(carrier, context=context, setter=_SETTER)
-    return carrier
-
-
-def extract_context(headers: Mapping[str, bytes | bytearray] | None) -> Context | None:
-    """The OpenTelemetry context carried in a message's headers, or None when they carry
-    no valid span context and no baggage (or ``opentelemetry-api`` is not installed).
-
-    Header values may be bytes or bytearray (a Spark row's ``headers`` column)."""
-    if not headers or not _Otel.load():
-        return None
-    # Most messages carry none: one pass over the names answers that for a tenth of
-    # what the propagator's extract costs.
-    fields = _Otel.propagate.get_global_textmap().fields
-    if not any(name in fields or name.lower() in fields for name in headers):
-        return None
-    ctx = _Otel.propagate.extract(headers, getter=_GETTER)
-    if _Otel.trace.get_current_span(ctx).get_span_context().is_valid:
-        return ctx  # type: ignore[no-any-return]
-    if _Otel.baggage.get_all(ctx):
-        return ctx  # type: ignore[no-any-return]
-    return None
 
 
 # ------------------------------------------------------------------ publishing
@@ -214,11 +98,11 @@ class PublishTracer:
     __slots__ = ("_explicit", "_tracer", "active")
 
     def __init__(self, provider: TracerProvider | None = None) -> None:
-        if not _Otel.load():
+        if not Otel.load():
             raise RuntimeError("opentelemetry-api is not installed")
         self._explicit = provider is not None
         self._tracer: Tracer = (
-            provider.get_tracer(SCOPE, scope_version()) if provider is not None else _Otel.tracer
+            provider.get_tracer(SCOPE, scope_version()) if provider is not None else Otel.tracer
         )
         self.active = False
         self.refresh()
@@ -260,12 +144,12 @@ class PublishTracer:
             attributes[LB_SUBJECT] = subject
         if partition is not None:
             attributes[PARTITION] = str(partition)
-        trace = _Otel.trace
+        trace = Otel.trace
         span = self._tracer.start_span(
             f"publish {destination}", kind=trace.SpanKind.PRODUCER, attributes=attributes
         )
         carrier = dict(headers) if headers else {}
-        _Otel.propagate.inject(carrier, context=trace.set_span_in_context(span), setter=_SETTER)
+        Otel.propagate.inject(carrier, context=trace.set_span_in_context(span), setter=SETTER)
         return span, carrier
 
     @staticmethod
@@ -298,11 +182,11 @@ class PublishTracer:
 
 def _record_cancelled(span: Span) -> None:
     span.set_attribute(ERROR_TYPE, "cancelled")
-    span.set_status(_Otel.trace.Status(_Otel.trace.StatusCode.ERROR, "cancelled"))
+    span.set_status(Otel.trace.Status(Otel.trace.StatusCode.ERROR, "cancelled"))
 
 
 def _record_error(span: Span, error: BaseException) -> None:
-    trace = _Otel.trace
+    trace = Otel.trace
     span.set_attribute(ERROR_TYPE, error_type(error))
     span.record_exception(error)
     span.set_status(trace.Status(trace.StatusCode.ERROR, type(error).__name__))
@@ -318,8 +202,8 @@ def publish_tracer(tracing: object) -> PublishTracer | None:
     if tracing is False:
         return None
     if tracing is True:
-        return PublishTracer() if _Otel.load() else None
-    if _Otel.load() and isinstance(tracing, _Otel.trace.TracerProvider):
+        return PublishTracer() if Otel.load() else None
+    if Otel.load() and isinstance(tracing, Otel.trace.TracerProvider):
         return PublishTracer(tracing)
     raise TypeError(
         f"tracing must be True, False or an OpenTelemetry TracerProvider, got {tracing!r}"
@@ -375,17 +259,17 @@ def consumer_span(
                 "child_of_producer=True needs a single message: a batch can only link "
                 "to its producers"
             )
-    if not _Otel.load():
+    if not Otel.load():
         yield None
         return
-    trace = _Otel.trace
+    trace = Otel.trace
     if tracer_provider is None and not sdk_configured():
         yield trace.INVALID_SPAN
         return
     tracer: Tracer = (
         tracer_provider.get_tracer(SCOPE, scope_version())
         if tracer_provider is not None
-        else _Otel.tracer
+        else Otel.tracer
     )
     attributes: dict[str, str | int] = {
         SYSTEM: LIFTBRIDGE,
@@ -428,7 +312,7 @@ def consumer_span(
 
 def _links(contexts: Iterable[Context | None]) -> list[Any]:
     """A link to each distinct valid span context among ``contexts``."""
-    trace = _Otel.trace
+    trace = Otel.trace
     links = []
     seen = set()
     for ctx in contexts:

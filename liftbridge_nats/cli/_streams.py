@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from liftbridge_nats import StreamExistsError
-from liftbridge_nats._names import DEFAULT_MAX_PARTITIONS, check_stream_name
+from liftbridge_nats._checks import DEFAULT_MAX_PARTITIONS, check_stream_name
 
 from ._common import (
     EXIT_OK,
@@ -193,7 +193,7 @@ async def _create(args: argparse.Namespace, console: Console) -> int:
     subject = args.subject or args.name
     # Every argument is checked before connecting: a name or option the server cannot
     # store must never reach it.
-    from liftbridge_nats._args import create_stream_request
+    from liftbridge_nats._requests import create_stream_request
 
     create_stream_request(
         subject,

@@ -1,6 +1,6 @@
 """Generated inputs for the input guards, and the checks a cluster must pass after them.
 
-Names are built rule by rule (see ``liftbridge_nats._names``): ``allowed_names`` breaks
+Names are built rule by rule (see ``liftbridge_nats._checks``): ``allowed_names`` breaks
 no rule; each refused strategy breaks exactly one, so the error must name that rule.
 ``bad_calls`` mixes refused names with wrong argument types and ranges across the
 public API. The same pieces serve the property tests (a few hundred inputs, in CI) and

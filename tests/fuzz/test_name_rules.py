@@ -13,14 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from liftbridge_nats import InvalidArgumentError
-from liftbridge_nats._args import create_stream_request
-from liftbridge_nats._names import (
+from liftbridge_nats._checks import (
     DEFAULT_MAX_PARTITIONS,
     MAX_SUBJECT_BYTES,
     check_group,
     check_stream_name,
 )
 from liftbridge_nats._proto import api_pb2
+from liftbridge_nats._requests import create_stream_request
 
 from ._guards import MAX_NAME_BYTES, allowed_names, refused_groups, refused_names
 

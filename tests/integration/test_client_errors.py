@@ -33,8 +33,8 @@ from liftbridge_nats import (
 )
 from liftbridge_nats._cursors import cursor_partition
 from liftbridge_nats._grpc import parse_brokers, rpc_error
+from liftbridge_nats._grpc_publish import async_error, publish_error
 from liftbridge_nats._proto import api_pb2
-from liftbridge_nats._publish_async import async_error, publish_error
 
 
 def status(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:

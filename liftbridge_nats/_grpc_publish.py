@@ -1,4 +1,6 @@
-"""Publishing over gRPC: ack conversion, error mapping, the PublishAsync stream.
+"""Publishing over gRPC: error mapping, and the ``PublishAsync`` stream behind
+``Client.publish_to_stream_async`` (not to be confused with ``Publisher.publish_async``,
+which publishes over NATS).
 
 This path exists for completeness and for environments without NATS access; the
 NATS-native Publisher is faster and is what the documentation recommends.

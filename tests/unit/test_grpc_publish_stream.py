@@ -22,8 +22,8 @@ from liftbridge_nats import (
     ReadonlyPartitionError,
     UnsentTimeoutError,
 )
+from liftbridge_nats._grpc_publish import AsyncPublisher
 from liftbridge_nats._proto import api_pb2
-from liftbridge_nats._publish_async import AsyncPublisher
 
 
 class _Stream:
