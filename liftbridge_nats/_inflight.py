@@ -246,7 +246,8 @@ class InflightLedger:
 
     ``on_expired(future)`` is called for every message whose attempt's deadline passed
     without an ack (it has already left the ledger); it must settle the future or enter
-    the next attempt.
+    the next attempt. It is an attribute, so that the policy that decides (the
+    publisher's sender, built with the ledger) can take it over once built.
     """
 
     __slots__ = (
@@ -258,12 +259,12 @@ class InflightLedger:
         "_heap",
         "_loop",
         "_low_water",
-        "_on_expired",
         "_queue_marks",
         "_timer",
         "_timer_at",
         "_unordered",
         "_waiters",
+        "on_expired",
     )
 
     def __init__(
@@ -278,7 +279,7 @@ class InflightLedger:
         # Waiters are woken once the ledger drained to this level, not at every free
         # slot: a full pipeline then refills in bursts, one wake-up per many acks.
         self._low_water = max_inflight - max(1, max_inflight // 4)
-        self._on_expired = on_expired
+        self.on_expired = on_expired
         # In insertion order, which is deadline order for the flights not in the heap.
         self._entries: dict[str, AckFuture] = {}
         # The correlation ids of the flights whose deadlines are in the heap.
@@ -533,7 +534,7 @@ class InflightLedger:
             # Before anything is woken below: a publish past its deadline is not sent.
             self._expire_queued(now)
         for due in expired:
-            self._on_expired(due)
+            self.on_expired(due)
         if self._waiters:
             self._wake_all_that_fit()
         self._arm()

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import grpc.aio
 
-from ._args import checked_seconds
+from ._checks import check_seconds
 from ._errors import (
     ClientClosedError,
     LiftbridgeError,
@@ -320,7 +320,7 @@ class Router:
     ) -> T:
         self._check_open()
         if timeout is not None:
-            checked_seconds(timeout, "timeout")
+            check_seconds(timeout, "timeout")
         loop = asyncio.get_running_loop()
         backoff = Backoff(loop.time() + (self.timeout if timeout is None else timeout))
         attempt = stale = 0

@@ -1,4 +1,5 @@
-"""The publisher's sender: the one background task, for messages that cannot go at once.
+"""The publisher's sender: the one background task, for messages that cannot go at once,
+and the retry policy.
 
 Most messages go straight from the caller to the transport (nats-py's outgoing buffer
 on the fast path). The others wait here, in order, in a bounded outbox: messages
@@ -10,18 +11,39 @@ message needs to be sent again is in its flight (the encoded bytes, subject, rep
 subject), so a re-send is the same message with the same correlation id. The outbox
 keeps each message's future beside the flight it was queued with: when a newer attempt
 replaced that flight (a retry), the queued one is stale and skipped.
+
+The sender also owns the retry policy, as aiokafka's sender decides what a failed
+produce request becomes: what happens when a message's ack does not come by its
+attempt's deadline (the ledger's ``on_expired``: with ``retry`` the same bytes go again,
+else :class:`~liftbridge_nats.AckTimeoutError`) and when NATS reports that nobody
+received it (the ack listener's ``on_no_responders``: with ``retry`` a re-send after a
+back-off of 25 ms doubling to 500 ms, else :class:`~liftbridge_nats.NoRespondersError`;
+either way the stream routes may resume a paused partition in the background).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
 from collections.abc import Callable
 
-from ._errors import LiftbridgeError, NotConnectedError, PublisherClosedError
-from ._inflight import ATTEMPT, CID, DATA, FINAL, REPLY, SUBJECT, AckFuture, Flight, InflightLedger
-from ._log import get_logger
+from ._acks import no_responders_exception
+from ._errors import AckTimeoutError, LiftbridgeError, NotConnectedError, PublisherClosedError
+from ._inflight import (
+    ATTEMPT,
+    CID,
+    DATA,
+    FINAL,
+    REPLY,
+    SUBJECT,
+    AckFuture,
+    Flight,
+    InflightLedger,
+    next_attempt,
+)
+from ._log import RateLimitedLog, get_logger
 from ._transport import PublishTransport
 
 __all__ = ["Outgoing", "Sender"]
@@ -31,16 +53,27 @@ _log = get_logger("publisher")
 # While NATS is disconnected the sender polls for the reconnect (nats-py's reconnected
 # callback belongs to the application that created the client).
 _RECONNECT_POLL = 0.02
+# Resend back-off after a no-responders report (retry=True): 25 ms doubling to 500 ms.
+BACKOFF_FIRST = 0.025
+BACKOFF_MAX = 0.5
+# Re-sends are logged at most once per this many seconds (a fail-over re-sends in bulk).
+_RESEND_LOG_INTERVAL = 10.0
 
 # A message in the outbox: its future, and the flight (attempt) it was queued with.
 Outgoing = tuple[AckFuture, Flight]
 
 
 class Sender:
-    """Owns the outbox and the task that drains it into NATS.
+    """Owns the outbox and the task that drains it into NATS, and the retry policy.
 
     ``outbox`` is public so that the publisher's hot path can check cheaply whether
     older messages wait (new ones must then queue behind them, to keep the order).
+    Built, the sender takes over ``ledger.on_expired``; hand :meth:`on_no_responders`
+    to the ack listener. ``retry``: send again after an ack timeout or a no-responders
+    report (until the message's deadline); ``ack_timeout``: each attempt's wait for its
+    ack; ``is_open``: whether the publisher still publishes (no re-send once it closes);
+    ``nobody_listened(subject, within)``: told of every no-responders report while
+    open (the stream routes resume a paused partition within that many seconds).
     """
 
     def __init__(
@@ -51,12 +84,23 @@ class Sender:
         *,
         max_buffered_bytes: int,
         is_open: Callable[[], bool],
+        ack_timeout: float,
+        retry: bool = False,
+        nobody_listened: Callable[[str, float], None] | None = None,
     ) -> None:
         self._transport = transport
         self._ledger = ledger
         self._loop = loop
         self._max_bytes = max_buffered_bytes
         self._is_open = is_open
+        self._ack_timeout = ack_timeout
+        self._retry = retry
+        self._nobody_listened = nobody_listened
+        ledger.on_expired = self.on_expired
+        # Re-sends waiting for their back-off (retry after a no-responders report).
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._resend_log = RateLimitedLog(_log, logging.WARNING, _RESEND_LOG_INTERVAL)
+        self.timed_out = 0
         self.outbox: deque[Outgoing] = deque()
         self._bytes = 0
         self._wakeup = asyncio.Event()
@@ -72,6 +116,12 @@ class Sender:
         """Start the sender task."""
         if self._task is None:
             self._task = self._loop.create_task(self._run(), name="liftbridge-publisher-sender")
+
+    def stop_retries(self) -> None:
+        """Cancel the re-sends waiting for their back-off (the publisher is closing)."""
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
 
     async def stop(self, make_error: Callable[[Flight], BaseException]) -> None:
         """Stop the task; fail the unsettled messages still waiting with ``make_error``
@@ -157,6 +207,81 @@ class Sender:
         self.outbox.append((future, flight))
         self._bytes += len(flight[DATA])
         self._wakeup.set()
+
+    # ------------------------------------------------------------------ retry policy
+
+    def on_expired(self, future: AckFuture) -> None:
+        """Ledger callback: a message's attempt deadline passed without an ack."""
+        if future.done():
+            return
+        flight = future.flight
+        now = self._loop.time()
+        if self._retry and now < flight[FINAL] and self._is_open():
+            again = next_attempt(flight, now + self._ack_timeout)
+            future.flight = again
+            self._ledger.add(future, False)
+            self.resend(future)
+            self._resend_log.log(
+                "no ack for a message on %r within ack_timeout (%.3g s): sent again "
+                "(attempt %d, correlation id %s)",
+                flight[SUBJECT],
+                self._ack_timeout,
+                again[ATTEMPT] + 1,
+                flight[CID],
+            )
+            return
+        self.timed_out += 1
+        future.set_exception(
+            AckTimeoutError(
+                f"no ack for the message published on {flight[SUBJECT]!r} (correlation id "
+                f"{flight[CID]}) before its deadline: no stream may be attached to the "
+                "subject, or its partition may be readonly, paused or without a leader. The "
+                "message may or may not have been stored. Check the stream (publish_to_stream "
+                "names readonly partitions and resumes paused ones), raise the timeout, or "
+                "publish again.",
+                subject=flight[SUBJECT],
+                correlation_id=flight[CID],
+            )
+        )
+
+    def on_no_responders(self, future: AckFuture) -> None:
+        """Listener callback: NATS reports that nobody received this message."""
+        flight = future.flight
+        now = self._loop.time()
+        if self._nobody_listened is not None and self._is_open():
+            self._nobody_listened(flight[SUBJECT], self._ack_timeout)
+        if self._retry and self._is_open():
+            delay = min(BACKOFF_MAX, BACKOFF_FIRST * (2 ** flight[ATTEMPT]))
+            if now + delay < flight[FINAL]:
+                # This attempt, too, waits ack_timeout for its ack once sent.
+                again = next_attempt(flight, now + delay + self._ack_timeout)
+                # Back in the ledger at once: the deadline keeps running meanwhile.
+                future.flight = again
+                self._ledger.add(future, False)
+                old = self._timers.pop(flight[CID], None)
+                if old is not None:
+                    old.cancel()
+                self._timers[flight[CID]] = self._loop.call_later(
+                    delay, self._resend_later, future, again
+                )
+                self._resend_log.log(
+                    "nobody listens on %r (no stream, paused partition, or a fail-over in "
+                    "progress): sending the message again in %.3g s (attempt %d, correlation "
+                    "id %s)",
+                    flight[SUBJECT],
+                    delay,
+                    again[ATTEMPT] + 1,
+                    flight[CID],
+                )
+                return
+        future.set_exception(no_responders_exception(flight[SUBJECT], flight[CID]))
+
+    def _resend_later(self, future: AckFuture, flight: Flight) -> None:
+        self._timers.pop(flight[CID], None)
+        if self.is_live(future, flight):  # not settled, expired or sent again
+            self.resend(future)
+
+    # ------------------------------------------------------------------ keeping
 
     async def _keep(self, future: AckFuture, flight: Flight) -> None:
         """Queue a message; wait (until its deadline) while the outbox is full."""

@@ -6,7 +6,7 @@ message now, send it the slow way, wait while the connection's buffer is full, f
 and subscribe to the ack inbox. Two implementations exist: :class:`NatsTransport`
 over a nats-py client (this module, the only one that imports nats-py on the publish
 path; its fast path lives in :mod:`._natscompat`), and
-:class:`liftbridge_nats._memtransport.MemoryTransport`, in memory, for fast tests of
+:class:`liftbridge_nats.testing.MemoryTransport`, in memory, for fast tests of
 ordering, backpressure, deadlines, cancellation and close.
 """
 

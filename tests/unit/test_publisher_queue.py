@@ -137,7 +137,7 @@ async def test_a_queued_call_works_in_a_task_and_a_bad_argument_raises_when_awai
         with pytest.raises(TypeError):
             await bad
     assert _values(transport.delivered) == [b"x", b"in a task", b"good"]
-    assert pub.stats.acked == 3 and not pub._failed
+    assert pub.stats.acked == 3 and not pub._pipeline.failed
 
 
 async def test_close_fails_queued_calls_as_not_sent() -> None:
@@ -356,7 +356,7 @@ async def test_a_cancelled_or_sent_queued_call_is_never_expired() -> None:
         transport.ack(transport.delivered[1])
         assert isinstance(await sent, Ack)
         await asyncio.sleep(0.3)  # past both deadlines: nothing fires
-        assert pub.stats.timed_out == 0 and not pub._failed
+        assert pub.stats.timed_out == 0 and not pub._pipeline.failed
         assert not pub._live().ledger._queue_marks
 
 
