@@ -2,7 +2,7 @@
 
 ``Client`` is the public face; where calls go and how they are retried lives in
 :mod:`._router`, reading in :mod:`._subscription`, cursors in :mod:`._cursors`, consumer
-groups in :mod:`._groups` and the activity stream in :mod:`._activity`. Publishing over
+groups in :mod:`._consumer` and the activity stream in :mod:`._activity`. Publishing over
 gRPC is here for completeness: the NATS-native :class:`~liftbridge_nats.Publisher`
 is the fast path.
 """
@@ -18,31 +18,32 @@ from typing import TYPE_CHECKING, Any
 
 from . import _cursors
 from ._activity import ActivityStream
-from ._args import (
+from ._checks import (
+    DEFAULT_MAX_PARTITIONS,
     INT32_MAX,
     Duration,
-    checked_callable,
-    checked_int,
-    checked_name,
-    checked_partition,
-    checked_partitions,
-    checked_seconds,
-    checked_subject,
-    create_stream_request,
-    message_fields,
-    publish_request,
+    check_callable,
+    check_int,
+    check_name,
+    check_partition,
+    check_partitions,
+    check_seconds,
+    check_stream_name,
+    check_stream_subject,
 )
+from ._consumer import Consumer, ConsumerRebalanceListener
 from ._errors import InvalidArgumentError, LiftbridgeError, NoSuchStreamError
 from ._grpc import TLSConfig, parse_brokers
+from ._grpc_publish import AsyncPublisher, publish_error
 from ._log import get_logger
 from ._messages import Ack, AckPolicy, K, StartPosition, StopPosition, V
 from ._metadata import Metadata, PartitionInfo, StreamInfo, partition_from_proto
 from ._metrics import metrics_for
-from ._names import DEFAULT_MAX_PARTITIONS, check_stream_name
-from ._partitioning import PartitionerLike, choose_partition
+from ._partitioning import PartitionerLike
 from ._proto import api_pb2
-from ._publish_async import AsyncPublisher, publish_error
+from ._requests import create_stream_request, message_fields, publish_request
 from ._router import Router
+from ._routes import StreamRoutes
 from ._stream_reader import MAX_BYTES, MAX_MESSAGES, MIN_WINDOW
 from ._subscription import Subscription, TimeSpec, subscription_options
 from .wire import ack_from_proto
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 
     from opentelemetry.metrics import MeterProvider
 
-    from ._groups import Consumer, ConsumerRebalanceListener
+    from ._read_transport import ReadTransport
     from ._router import Stub
     from .serializers import Deserializer
 
@@ -108,12 +109,12 @@ class Client:
         metrics: bool | MeterProvider = True,
     ) -> None:
         self._metrics = metrics_for(metrics)
-        checked_seconds(timeout, "timeout")
-        checked_seconds(resubscribe_wait, "resubscribe_wait")
-        checked_seconds(metadata_max_age, "metadata_max_age", zero=True)
-        self._max_partitions = checked_int(max_partitions, "max_partitions", low=1, high=INT32_MAX)
-        checked_int(read_ahead_messages, "read_ahead_messages", low=1)
-        checked_int(read_ahead_bytes, "read_ahead_bytes", low=MIN_WINDOW)
+        check_seconds(timeout, "timeout")
+        check_seconds(resubscribe_wait, "resubscribe_wait")
+        check_seconds(metadata_max_age, "metadata_max_age", zero=True)
+        self._max_partitions = check_int(max_partitions, "max_partitions", low=1, high=INT32_MAX)
+        check_int(read_ahead_messages, "read_ahead_messages", low=1)
+        check_int(read_ahead_bytes, "read_ahead_bytes", low=MIN_WINDOW)
         tls_config = TLSConfig() if tls is True else (tls or None)
         self._router = Router(
             parse_brokers(brokers),
@@ -267,8 +268,8 @@ class Client:
         ``resume_all`` resuming one partition resumes every paused one.
         """
         req = api_pb2.PauseStreamRequest(
-            name=checked_name(name, "stream name"),
-            partitions=checked_partitions(partitions),
+            name=check_name(name, "stream name"),
+            partitions=check_partitions(partitions),
             resumeAll=resume_all,
         )
 
@@ -287,8 +288,8 @@ class Client:
         (Liftbridge v1.9.0 keeps reporting ``paused=True`` in metadata after a resume;
         ``PartitionInfo.pause_changed`` shows when it last changed.)
         """
-        info = await self.stream_info(checked_name(name, "stream name"), refresh=True)
-        targets = list(info.partitions) if partitions is None else checked_partitions(partitions)
+        info = await self.stream_info(check_name(name, "stream name"), refresh=True)
+        targets = list(info.partitions) if partitions is None else check_partitions(partitions)
         for pid in targets:
             if pid not in info.partitions:
                 raise NoSuchStreamError(f"stream {name!r} has no partition {pid}", code="NOT_FOUND")
@@ -314,8 +315,8 @@ class Client:
         gRPC); subscriptions end after the last message.
         """
         req = api_pb2.SetStreamReadonlyRequest(
-            name=checked_name(name, "stream name"),
-            partitions=checked_partitions(partitions),
+            name=check_name(name, "stream name"),
+            partitions=check_partitions(partitions),
             readonly=readonly,
         )
 
@@ -357,7 +358,7 @@ class Client:
     ) -> PartitionInfo:
         """Fresh metadata of one partition, from its leader (exact high watermark)."""
         req = api_pb2.FetchPartitionMetadataRequest(
-            stream=checked_name(stream, "stream name"), partition=checked_partition(partition)
+            stream=check_name(stream, "stream name"), partition=check_partition(partition)
         )
 
         async def call(stub: Stub, left: float) -> PartitionInfo:
@@ -423,8 +424,8 @@ class Client:
         (stream, partition, offset and the undecoded ``raw_message``); the next
         message follows on the next iteration.
         """
-        checked_callable(value_deserializer, "value_deserializer")
-        checked_callable(key_deserializer, "key_deserializer")
+        check_callable(value_deserializer, "value_deserializer")
+        check_callable(key_deserializer, "key_deserializer")
         options = subscription_options(
             stream,
             partition=partition,
@@ -440,11 +441,17 @@ class Client:
         return Subscription(
             self._router,
             options,
+            transport=self._reads,
             resubscribe_wait=self._resubscribe_wait,
             value_deserializer=value_deserializer,
             key_deserializer=key_deserializer,
             metrics=self._metrics,
         )
+
+    @property
+    def _reads(self) -> ReadTransport:
+        """Where subscriptions and consumers read from: the HTTP/2 pool's calls."""
+        return self._router.pool.read_transport
 
     def activity(
         self,
@@ -532,14 +539,13 @@ class Client:
         :class:`~liftbridge_nats.DeserializationError` and counts as delivered:
         the partition's position moves past it and a commit stores it.
         """
-        from ._groups import Consumer
-
-        checked_callable(value_deserializer, "value_deserializer")
-        checked_callable(key_deserializer, "key_deserializer")
+        check_callable(value_deserializer, "value_deserializer")
+        check_callable(key_deserializer, "key_deserializer")
         consumer: Consumer[V, K] = Consumer(
             self._router,
             group_id,
             [streams] if isinstance(streams, str) else list(streams),
+            transport=self._reads,
             consumer_id=consumer_id,
             auto_checkpoint_interval=auto_checkpoint_interval,
             start_position=start_position,
@@ -579,7 +585,7 @@ class Client:
         :class:`~liftbridge_nats.Publisher`, whose ``publish`` takes the same arguments.
         """
         fields = message_fields(value, key, headers, ack_policy, correlation_id)
-        req = api_pb2.PublishToSubjectRequest(subject=checked_subject(subject), **fields)
+        req = api_pb2.PublishToSubjectRequest(subject=check_stream_subject(subject), **fields)
 
         async def call(stub: Stub, left: float) -> Ack | None:
             resp = await stub.PublishToSubject(req, timeout=left)
@@ -660,7 +666,7 @@ class Client:
         broke before the message was written (nothing was sent; publish again).
         """
         if timeout is not None:
-            checked_seconds(timeout, "timeout")
+            check_seconds(timeout, "timeout")
         partition = await self._partition_for(stream, key, value, partition, partitioner)
         req = publish_request(
             stream, value, key, partition, headers, ack_policy, correlation_id, expected_offset
@@ -679,11 +685,8 @@ class Client:
         partition: int | None,
         partitioner: PartitionerLike | None,
     ) -> int:
-        """The partition a message goes to: ``partition``, else the partitioner's
-        choice, else 0 (as the Publisher and the Go client choose)."""
-        if partition is not None:
-            return partition  # checked with the rest of the request
-        if partitioner is None:
-            return 0
-        count = (await self.stream_info(stream)).partition_count
-        return choose_partition(partitioner, stream, key, value, count)
+        """The partition a message goes to: ``partition`` (checked with the rest of the
+        request), else the partitioner's choice, else 0, chosen by the same stream routes
+        as the Publisher's (from the metadata cache: no routes of its own to keep)."""
+        routes = StreamRoutes(self, remember=False)
+        return await routes.partition(stream, key, value, partition, partitioner)

@@ -14,12 +14,13 @@ from __future__ import annotations
 import zlib
 from typing import TYPE_CHECKING
 
-from ._args import checked_int, checked_name, checked_partition
+from ._checks import check_int, check_name, check_partition
 from ._errors import CursorsDisabledError
 from ._proto import api_pb2
 
 if TYPE_CHECKING:
-    from ._router import Router, Stub
+    from ._read_transport import GroupRoutes
+    from ._router import Stub
 
 __all__ = [
     "CURSORS_STREAM",
@@ -44,10 +45,10 @@ def cursor_partition(cursor_id: str, stream: str, partition: int, partitions: in
     return zlib.crc32(key) % partitions
 
 
-async def _route(router: Router, cursor_id: str, stream: str, partition: int) -> int:
-    checked_name(cursor_id, "cursor_id")
-    checked_name(stream, "stream name")
-    checked_partition(partition)
+async def _route(router: GroupRoutes, cursor_id: str, stream: str, partition: int) -> int:
+    check_name(cursor_id, "cursor_id")
+    check_name(stream, "stream name")
+    check_partition(partition)
     info = router.cache.current.streams.get(CURSORS_STREAM)
     if info is None:
         info = (await router.refresh()).streams.get(CURSORS_STREAM)
@@ -60,7 +61,7 @@ async def _route(router: Router, cursor_id: str, stream: str, partition: int) ->
 
 
 async def set_cursor(
-    router: Router,
+    router: GroupRoutes,
     cursor_id: str,
     stream: str,
     partition: int,
@@ -72,7 +73,7 @@ async def set_cursor(
 
     ``offset`` -1 stores "no position" (what :func:`fetch_cursor` returns for none).
     """
-    checked_int(offset, "offset", low=-1)
+    check_int(offset, "offset", low=-1)
     target = await _route(router, cursor_id, stream, partition)
     req = api_pb2.SetCursorRequest(
         stream=stream, partition=partition, cursorId=cursor_id, offset=offset
@@ -91,7 +92,7 @@ async def set_cursor(
 
 
 async def fetch_cursor(
-    router: Router,
+    router: GroupRoutes,
     cursor_id: str,
     stream: str,
     partition: int,

@@ -17,7 +17,10 @@ delivering from it at once (its read-ahead is dropped) and the consumer commits 
 it delivered; the member gaining it waits ``handover_wait`` after subscribing, reads
 the committed position again, and starts over from there if it moved. A group that
 changes members while its members commit on hand-over thus delivers each message
-once (see :mod:`._groups` for what can still repeat).
+once (see :mod:`._consumer` for what can still repeat).
+
+The fetcher reads each partition through :class:`._read_transport.PartitionFeed`
+(a :class:`~._subscription.Subscription`, over the client's read transport).
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from ._subscription import Subscription, subscription_options
 
 if TYPE_CHECKING:
     from ._metrics import Metrics
-    from ._router import Router, Stub
+    from ._read_transport import GroupRoutes, PartitionFeed, ReadTransport
+    from ._router import Stub
     from .serializers import Deserializer
 
 __all__ = ["Fetcher", "PartitionState"]
@@ -80,7 +84,7 @@ class PartitionState:
         # for "after the last delivered, else the committed position, else the
         # consumer's start position".
         self.start: int | StartPosition | None = None
-        self.sub: Subscription[Any, Any] | None = None
+        self.sub: PartitionFeed | None = None
         self.task: asyncio.Task[None] | None = None
         self.attention: asyncio.Future[None] | None = None
         self.pending: Batch = []  # taken but not delivered (paused meanwhile)
@@ -103,8 +107,9 @@ class Fetcher:
 
     def __init__(
         self,
-        router: Router,
+        router: GroupRoutes,
         *,
+        transport: ReadTransport,
         group: api_pb2.Consumer,
         cursor_id: str,
         start_position: StartPosition | None,
@@ -116,6 +121,7 @@ class Fetcher:
         metrics: Metrics | None = None,
     ) -> None:
         self._router = router
+        self._transport = transport
         self._value_deserializer = value_deserializer
         self._key_deserializer = key_deserializer
         self._metrics = metrics
@@ -158,7 +164,7 @@ class Fetcher:
             part.lost = True
             part.ready = False
             if part.sub is not None:
-                part.sub._abandon()
+                part.sub.abandon()
             if part.task is not None:
                 part.task.cancel()
         return parts
@@ -170,7 +176,7 @@ class Fetcher:
         sub = part.sub
         if sub is None or part.lost:
             return
-        if sub._handed_over:
+        if sub.handed_over:
             self.lose(part)
             return
         if not part.ready and not part.paused and not part.holding:
@@ -192,12 +198,12 @@ class Fetcher:
         part.ready = False
         part.pending = []
         if part.sub is not None:
-            part.sub._abandon()
+            part.sub.abandon()
         self._on_lost(part)
 
     def make_ready(self, part: PartitionState) -> None:
         """Queue a partition that may have buffered messages (after resume, say)."""
-        if part.pending or (part.sub is not None and part.sub._buffered):
+        if part.pending or (part.sub is not None and part.sub.buffered):
             self._on_data(part)
 
     def collect(
@@ -232,11 +238,11 @@ class Fetcher:
                 messages, part.pending = part.pending[:limit], part.pending[limit:]
             else:
                 try:
-                    messages = sub._take_many(limit)
+                    messages = sub.take_many(limit)
                 except DeserializationError as exc:
                     ready.append(part)  # the messages after it are still buffered
                     if out or not raise_now:
-                        sub._error = exc  # raised by the next take, in its turn
+                        sub.defer_error(exc)  # raised by the next take, in its turn
                         continue
                     part.last = exc.offset
                     raise
@@ -247,11 +253,11 @@ class Fetcher:
             if messages:
                 out.append((part, messages))
                 limit -= len(messages)
-            if part.pending or (sub._buffered and not sub.closed):
+            if part.pending or (sub.buffered and not sub.closed):
                 ready.append(part)
             else:
                 part.ready = False
-                if sub._reader is None or sub.closed:
+                if not sub.streaming or sub.closed:
                     self._poke(part)  # the driver subscribes again, or winds up
         return out
 
@@ -282,7 +288,7 @@ class Fetcher:
         part.last = start - 1 if isinstance(start, int) else None
         part.ready = False
         if part.sub is not None:
-            part.sub._abandon()
+            part.sub.abandon()
             part.sub = None
         self._poke(part)
 
@@ -294,8 +300,7 @@ class Fetcher:
             return part.last + 1
         if isinstance(part.start, int):
             return part.start
-        reader = None if part.sub is None else part.sub._reader
-        first = None if reader is None else reader.peek_offset()
+        first = None if part.sub is None else part.sub.peek_offset()
         return 0 if first is None else first
 
     # ------------------------------------------------------------------ drivers
@@ -320,7 +325,7 @@ class Fetcher:
                 sub = part.sub
                 if sub is None:
                     sub = await self._subscribe(part)
-                elif not await sub._ensure_open() and part.sub is sub:
+                elif not await sub.ensure_open() and part.sub is sub:
                     self.lose(part)  # the server ended it: the partition moved
                     return
                 if sub is None or part.sub is not sub:
@@ -339,7 +344,7 @@ class Fetcher:
         finally:
             part.attention = None
 
-    async def _subscribe(self, part: PartitionState) -> Subscription[Any, Any] | None:
+    async def _subscribe(self, part: PartitionState) -> PartitionFeed | None:
         """Subscribe where the partition should start; None when a seek (or the hand-
         over check) decided otherwise meanwhile: the caller tries again."""
         stream, partition = part.key
@@ -357,6 +362,7 @@ class Fetcher:
         sub: Subscription[Any, Any] = Subscription(
             self._router,
             subscription_options(stream, partition=partition, **start),  # type: ignore[arg-type]
+            transport=self._transport,
             resubscribe_wait=self._resubscribe_wait,
             group=group,
             listener=functools.partial(self._on_data, part),
@@ -375,7 +381,7 @@ class Fetcher:
         finally:
             part.holding = False
         if part.seeks != seeks or part.sub is not sub:
-            sub._abandon()
+            sub.abandon()
             if part.sub is sub:
                 part.sub = None
             return None

@@ -35,7 +35,7 @@ from ._errors import (
     for_grpc_status,
 )
 from ._proto import api_pb2_grpc
-from ._read_pool import ReadPool
+from ._read_pool import H2ReadTransport, ReadPool
 from ._stream_reader import MAX_BYTES, MAX_MESSAGES
 
 if TYPE_CHECKING:
@@ -167,7 +167,8 @@ class ChannelPool:
     """One gRPC channel (and API stub) per broker address, opened on first use.
 
     Subscriptions read over the pool's :class:`~._read_pool.ReadPool` instead: one
-    HTTP/2 connection per broker, read by the event loop (see :mod:`._h2` for why).
+    HTTP/2 connection per broker, read by the event loop (see :mod:`._h2` for why),
+    reached through ``read_transport`` (see :mod:`._read_transport`).
     """
 
     def __init__(
@@ -187,6 +188,7 @@ class ChannelPool:
             max_messages=read_ahead_messages,
             max_bytes=read_ahead_bytes,
         )
+        self.read_transport = H2ReadTransport(self.reads)
 
     def _options(self) -> list[tuple[str, str | int]]:
         options: list[tuple[str, str | int]] = [

@@ -20,14 +20,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from . import _cursors as cursors
-from ._args import checked_name
+from ._checks import check_name
 from ._errors import NoSuchStreamError
 
 if TYPE_CHECKING:
-    from ._client import Client
+    from ._read_transport import GroupRoutes
     from ._router import Router
 
 __all__ = ["PartitionLag", "consumer_lag", "group_lag", "partition_lag"]
@@ -48,13 +48,24 @@ class PartitionLag:
     """Messages after the committed position: ``newest - committed``, never below 0."""
 
 
+class _RoutedClient(Protocol):
+    # A Client, seen from here: its router is all this needs, and naming the class
+    # would make this module (which the Consumer uses) import the client's module.
+    @property
+    def _router(self) -> Router: ...
+
+
 def partition_lag(newest: int, committed: int) -> int:
     """Messages in a partition after a committed position (-1: nothing committed)."""
     return max(0, newest - committed)
 
 
 async def consumer_lag(
-    client: Client, group_id: str, streams: str | Sequence[str], *, timeout: float | None = None
+    client: _RoutedClient,
+    group_id: str,
+    streams: str | Sequence[str],
+    *,
+    timeout: float | None = None,
 ) -> list[PartitionLag]:
     """The lag of ``group_id`` on every partition of ``streams``, in stream and
     partition order.
@@ -67,13 +78,17 @@ async def consumer_lag(
 
 
 async def group_lag(
-    router: Router, group_id: str, streams: str | Sequence[str], *, timeout: float | None = None
+    router: GroupRoutes,
+    group_id: str,
+    streams: str | Sequence[str],
+    *,
+    timeout: float | None = None,
 ) -> list[PartitionLag]:
     """:func:`consumer_lag` on the client's router (what a consumer holds)."""
-    checked_name(group_id, "group id")
+    check_name(group_id, "group id")
     names = [streams] if isinstance(streams, str) else list(streams)
     for name in names:
-        checked_name(name, "stream name")
+        check_name(name, "stream name")
     cursor_id = cursors.group_cursor_id(group_id)
     metadata = await router.fetch_metadata(names, timeout=timeout)
     rows: list[tuple[str, int, int]] = []

@@ -6,7 +6,7 @@ it must carry the group's current epoch, so a rebalance shows up as an epoch err
 after which the member reads the new epoch and coordinator from the metadata. A
 member that cannot reach the coordinator for the coordinator timeout reports it, and
 the cluster picks a new one once most members did. This module makes those calls and
-keeps that state; what to read is the consumer's business (:mod:`._groups`).
+keeps that state; what to read is the consumer's business (:mod:`._consumer`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from ._log import get_logger
 from ._proto import api_pb2
 
 if TYPE_CHECKING:
-    from ._router import Router, Stub
+    from ._read_transport import GroupRoutes
+    from ._router import Stub
 
 __all__ = ["Membership"]
 
@@ -33,7 +34,7 @@ class Membership:
 
     def __init__(
         self,
-        router: Router,
+        router: GroupRoutes,
         group_id: str,
         consumer_id: str,
         streams: Sequence[str],

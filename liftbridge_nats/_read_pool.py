@@ -5,7 +5,9 @@ Subscribe call to that broker, driven by the event loop.
 connection on first use, starts calls on it, and ends every call of a connection
 that breaks, so that each subscription finds out and resubscribes. A broker that
 says GOAWAY keeps its running calls and gets a new connection for new ones.
-No thread is involved: the event loop reads every connection.
+No thread is involved: the event loop reads every connection. Subscriptions reach
+the pool through :class:`H2ReadTransport`, the network's
+:class:`~._read_transport.ReadTransport`.
 
 A broker that breaks HTTP/2 (see :mod:`._h2` for what is checked) gets a GOAWAY with
 the error's code and its connection is dropped; every call on it ends as UNAVAILABLE
@@ -24,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ._errors import ClientClosedError
 from ._h2 import UNAVAILABLE, H2Connection, H2ProtocolError, Status
@@ -40,9 +42,9 @@ from ._stream_reader import (
 )
 
 if TYPE_CHECKING:
-    from ._grpc import TLSConfig
+    from ._proto import api_pb2
 
-__all__ = ["SUBSCRIBE_PATH", "ReadPool"]
+__all__ = ["SUBSCRIBE_PATH", "H2ReadTransport", "ReadPool", "TLSSource"]
 
 SUBSCRIBE_PATH = "/proto.API/Subscribe"
 # How long closing waits for a connection's transport to go (a TLS close exchanges
@@ -54,6 +56,19 @@ _MAX_WRITE_BACKLOG = 1024 * 1024
 _log = get_logger("subscription")
 # A broker that is down is tried again by every subscription that needs it.
 _unreachable_log = RateLimitedLog(_log, interval=10.0)
+
+
+class TLSSource(Protocol):
+    """What the pool needs of the client's TLS settings (a ``TLSConfig``)."""
+
+    @property
+    def server_name(self) -> str | None:
+        """The name to check the broker's certificate against (None: the host)."""
+        ...
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A client-side TLS context."""
+        ...
 
 
 class _Call(CallHandle):
@@ -310,7 +325,7 @@ class ReadPool:
 
     def __init__(
         self,
-        tls: TLSConfig | None,
+        tls: TLSSource | None,
         *,
         connect_timeout: float = 10.0,
         max_messages: int = MAX_MESSAGES,
@@ -400,3 +415,28 @@ class ReadPool:
         closing = list(self.live)
         if closing:
             await asyncio.gather(*(conn.wait_lost(_CLOSE_WAIT) for conn in closing))
+
+
+class H2ReadTransport:
+    """The read transport over HTTP/2 (see :mod:`._read_transport`): each Subscribe
+    a call on the :class:`ReadPool`'s connection to the broker."""
+
+    def __init__(self, pool: ReadPool) -> None:
+        self.pool = pool
+
+    def subscribe(
+        self,
+        address: str,
+        request: api_pb2.SubscribeRequest,
+        *,
+        skip_through: int | None,
+        delivery: Delivery | None = None,
+    ) -> StreamReader:
+        """Start a Subscribe call to ``address`` (see :meth:`ReadPool.subscribe`)."""
+        return self.pool.subscribe(
+            address, request.SerializeToString(), skip_through=skip_through, delivery=delivery
+        )
+
+    async def close(self) -> None:
+        """Cancel every call and close every connection."""
+        await self.pool.close()

@@ -2,8 +2,9 @@
 
 The server answers a Subscribe with one empty message once the subscription exists
 (or with an error status instead), then streams the partition. The event loop reads
-the stream ahead into a small bounded buffer (see :mod:`._stream_reader`), over one
-HTTP/2 connection per broker shared by every subscription to it (:mod:`._read_pool`);
+the stream ahead into a small bounded buffer (see :mod:`._stream_reader`), from the
+client's read transport (:mod:`._read_transport`): over the network, one HTTP/2
+connection per broker shared by every subscription to it (:mod:`._read_pool`);
 when the buffer is full the server is held back by flow control, so a slow consumer
 costs the server's patience, not memory here.
 
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Generic
 
 import grpc
 
-from ._args import checked_int, checked_name, checked_partition
+from ._checks import check_int, check_name, check_partition
 from ._errors import (
     BadRequestError,
     ClientClosedError,
@@ -53,7 +54,7 @@ from ._stream_reader import OPENED, Delivery, StreamEnd, StreamReader
 
 if TYPE_CHECKING:
     from ._metrics import Metrics
-    from ._router import Router
+    from ._read_transport import ReadRoutes, ReadTransport
     from .serializers import Deserializer
 
 __all__ = ["Subscription", "SubscriptionOptions", "TimeSpec", "subscription_options"]
@@ -134,12 +135,12 @@ def subscription_options(
     ``start_offset`` or ``start_time`` alone imply their start position, and likewise
     for the stop side; an explicit position that contradicts them is an error.
     """
-    checked_name(stream, "stream name")
-    checked_partition(partition)
+    check_name(stream, "stream name")
+    check_partition(partition)
     if start_offset is not None:
-        checked_int(start_offset, "start_offset")
+        check_int(start_offset, "start_offset")
     if stop_offset is not None:
-        checked_int(stop_offset, "stop_offset")
+        check_int(stop_offset, "stop_offset")
     if start_offset is not None and start_time is not None:
         raise InvalidArgumentError("give start_offset or start_time, not both")
     if stop_offset is not None and stop_time is not None:
@@ -159,8 +160,6 @@ def subscription_options(
     if start_position is StartPosition.OFFSET:
         if start_offset is None:
             raise InvalidArgumentError("StartPosition.OFFSET needs start_offset")
-        if start_offset < 0:
-            raise InvalidArgumentError(f"start_offset must be >= 0, got {start_offset}")
     elif start_offset is not None:
         raise InvalidArgumentError(
             f"start_offset only goes with StartPosition.OFFSET, not {start_position.name}"
@@ -185,8 +184,6 @@ def subscription_options(
     if stop_position is StopPosition.OFFSET:
         if stop_offset is None:
             raise InvalidArgumentError("StopPosition.OFFSET needs stop_offset")
-        if stop_offset < 0:
-            raise InvalidArgumentError(f"stop_offset must be >= 0, got {stop_offset}")
         if start_offset is not None and stop_offset < start_offset:
             raise InvalidArgumentError(
                 f"stop_offset {stop_offset} is before start_offset {start_offset}"
@@ -250,13 +247,18 @@ class Subscription(Generic[V, K]):
     a message they refuse is raised as a
     :class:`~liftbridge_nats.DeserializationError` and the iteration goes on
     with the next one.
+
+    (``take_many``, ``buffered``, ``streaming``, ``handed_over``, ``ensure_open``,
+    ``defer_error``, ``peek_offset`` and ``abandon`` serve the package's
+    :class:`~liftbridge_nats.Consumer`; iterate instead.)
     """
 
     def __init__(
         self,
-        router: Router,
+        router: ReadRoutes,
         options: SubscriptionOptions,
         *,
+        transport: ReadTransport,
         resubscribe_wait: float = 30.0,
         group: api_pb2.Consumer | None = None,
         listener: Callable[[], object] | None = None,
@@ -266,6 +268,7 @@ class Subscription(Generic[V, K]):
     ) -> None:
         self.options = options
         self._router = router
+        self._transport = transport
         self._resubscribe_wait = resubscribe_wait
         self._group = group
         cell = (
@@ -301,7 +304,7 @@ class Subscription(Generic[V, K]):
         self._outage: Backoff | None = None
         self._break: LiftbridgeError | None = None
         self._opened_at = 0.0  # when the current (or last) stream opened
-        # An error met by _take_many after some messages: raised by the next take.
+        # An error met by take_many after some messages: raised by the next take.
         self._error: LiftbridgeError | None = None
         # Called (on the event loop) whenever the current stream has something new.
         self._listener: Callable[[], object] | None = listener
@@ -336,10 +339,11 @@ class Subscription(Generic[V, K]):
 
     async def aclose(self) -> None:
         """Stop reading and close the server stream (idempotent)."""
-        self._abandon()
+        self.abandon()
 
-    def _abandon(self) -> None:
-        """End the iteration now and cancel every call (no I/O to wait for)."""
+    def abandon(self) -> None:
+        """End the iteration now and cancel every call (no I/O to wait for; for the
+        package's consumers, see :class:`._read_transport.PartitionFeed`)."""
         self._done = True
         self._drop_reader()
         for reader in self._readers:
@@ -411,7 +415,10 @@ class Subscription(Generic[V, K]):
             self._done = True
             self._drop_reader()
 
-    def _take_many(self, limit: int) -> list[Message[V, K]]:
+    # ------------------------------------------------------------------ PartitionFeed
+    # What a consumer's fetcher reads a partition through (see ._read_transport).
+
+    def take_many(self, limit: int) -> list[Message[V, K]]:
         """Up to ``limit`` buffered messages, without waiting. An error met after some
         messages is kept for the next call, so that those are delivered first (a
         message that could not be deserialized counts as delivered either way)."""
@@ -455,13 +462,27 @@ class Subscription(Generic[V, K]):
         return out
 
     @property
-    def _buffered(self) -> bool:
+    def buffered(self) -> bool:
         """Whether a message (or the end of a stream) waits to be taken."""
         reader = self._reader
         return self._error is not None or (reader is not None and reader.buffered)
 
     @property
-    def _handed_over(self) -> bool:
+    def streaming(self) -> bool:
+        """Whether a server stream is current (False: :meth:`ensure_open` subscribes)."""
+        return self._reader is not None
+
+    def defer_error(self, error: LiftbridgeError) -> None:
+        """Raise ``error`` at the next take (the caller holds messages already)."""
+        self._error = error
+
+    def peek_offset(self) -> int | None:
+        """Offset of the next buffered message, not taken; None when none is."""
+        reader = self._reader
+        return None if reader is None else reader.peek_offset()
+
+    @property
+    def handed_over(self) -> bool:
         """A group member's stream was ended by the server: another member (with a
         newer group epoch) subscribed to the partition."""
         reader = self._reader
@@ -470,7 +491,7 @@ class Subscription(Generic[V, K]):
             self._group is not None and end is not None and end.error is None and not end.cancelled
         )
 
-    async def _ensure_open(self) -> bool:
+    async def ensure_open(self) -> bool:
         """Subscribe (again) if the stream ended; False once the iteration is over."""
         if not self._done and self._reader is None:
             await self._open(first=not self._started)
@@ -684,9 +705,9 @@ class Subscription(Generic[V, K]):
         # message this subscription delivered before the fail-over: the reader skips
         # everything up to the last delivered offset.
         self._address = address
-        reader = self._router.pool.reads.subscribe(
+        reader = self._transport.subscribe(
             address,
-            self._request().SerializeToString(),
+            self._request(),
             skip_through=self._last_offset,
             delivery=self._delivery,
         )

@@ -1,4 +1,4 @@
-"""Consumer groups: members share a set of streams' partitions and their positions.
+"""The Consumer: a consumer-group member; members share streams' partitions and positions.
 
 The :class:`Consumer` follows aiokafka's consumer where Liftbridge's model allows it:
 ``async for`` or :meth:`~Consumer.getmany` / :meth:`~Consumer.getone`, ``seek``,
@@ -57,7 +57,7 @@ from ._proto import api_pb2
 
 if TYPE_CHECKING:
     from ._metrics import Metrics
-    from ._router import Router
+    from ._read_transport import GroupRoutes, ReadTransport
     from .serializers import Deserializer
 
 __all__ = [
@@ -137,10 +137,11 @@ class Consumer(Generic[V, K]):
 
     def __init__(
         self,
-        router: Router,
+        router: GroupRoutes,
         group_id: str,
         streams: Sequence[str],
         *,
+        transport: ReadTransport,
         consumer_id: str | None = None,
         auto_checkpoint_interval: float | None = 5.0,
         start_position: StartPosition | None = StartPosition.EARLIEST,
@@ -187,6 +188,7 @@ class Consumer(Generic[V, K]):
         )
         self._fetcher = Fetcher(
             router,
+            transport=transport,
             group=api_pb2.Consumer(groupId=group_id, consumerId=self.consumer_id),
             cursor_id=self.cursor_id,
             start_position=start_position,
@@ -256,7 +258,12 @@ class Consumer(Generic[V, K]):
         if self._started:
             return
         self._started = True
-        await self._membership.join()
+        try:
+            await self._membership.join()
+        except BaseException:
+            # A join that failed (the coordinator unreachable, a timeout) may be tried again.
+            self._started = False
+            raise
         with contextlib.suppress(LiftbridgeError):
             await self._heartbeat()
         self._tasks.append(asyncio.ensure_future(self._heartbeat_loop()))
