@@ -49,9 +49,10 @@ from .envelope import MsgType, decode, header
 from .wire import ack_view
 
 __all__ = [
-    "AckListener",
     "AckStats",
+    "InflightAckListener",
     "ack_error_exception",
+    "ack_payload",
     "no_responders_exception",
 ]
 
@@ -122,6 +123,22 @@ def no_responders_exception(subject: str, correlation_id: str) -> NoRespondersEr
 _NO_RESPONDERS = "503"
 
 
+def ack_payload(data: bytes) -> bytes | None:
+    """The protobuf ``Ack`` carried by the envelope ``data`` (unparsed); None for a
+    valid envelope of another type. Raises :class:`EnvelopeError` for anything that is
+    no envelope.
+
+    The one unwrapping of acks: :meth:`InflightAckListener.handle` repeats only its first test
+    (a CRC-less ack, the server's kind), inline, for the publisher's hot path.
+    """
+    if data.startswith(_PLAIN_ACK_HEADER):
+        return data[_HEADER_LEN:]
+    env = decode(data)
+    if env.msg_type is not MsgType.ACK:
+        return None
+    return bytes(env.payload)
+
+
 @dataclass(frozen=True, slots=True)
 class AckStats:
     """What arrived on a publisher's ack inbox."""
@@ -141,10 +158,10 @@ class AckStats:
     """Messages of this publisher that NATS reported nobody received (503)."""
 
 
-class AckListener:
+class InflightAckListener:
     """Subscribes to one inbox and settles the ledger's flights as acks arrive.
 
-    Use as ``async with AckListener(transport, ledger) as listener`` (the
+    Use as ``async with InflightAckListener(transport, ledger) as listener`` (the
     :class:`Publisher` does this for you); ``transport`` is a
     :class:`~liftbridge_nats._transport.PublishTransport` or a connected nats-py client.
     :attr:`inbox` is the ack inbox to put in published messages and
@@ -227,7 +244,7 @@ class AckListener:
         if sub is not None:
             await sub.close()
 
-    async def __aenter__(self) -> AckListener:
+    async def __aenter__(self) -> InflightAckListener:
         await self.start()
         return self
 
@@ -263,7 +280,7 @@ class AckListener:
             unwrapped = self._unwrap(data)
             if unwrapped is None:
                 return
-            payload = bytes(unwrapped)
+            payload = unwrapped
         try:
             # A fresh protobuf per ack (upb parses into a new message faster than into
             # a reused one), dropped once the future is settled.
@@ -287,20 +304,19 @@ class AckListener:
             del future.flight
             future.set_result(ack_view(payload))
 
-    def _unwrap(self, data: bytes) -> memoryview | None:
+    def _unwrap(self, data: bytes) -> bytes | None:
         """The Ack payload of an envelope with a CRC or an unusual header; None (and
         counted) for anything else."""
         try:
-            env = decode(data)
+            payload = ack_payload(data)
         except EnvelopeError:
             self._malformed += 1
             self._dropped()
             return None
-        if env.msg_type is not MsgType.ACK:
+        if payload is None:
             self._foreign += 1
             self._dropped()
-            return None
-        return env.payload
+        return payload
 
     def _dropped(self) -> None:
         # Anyone may publish to the inbox: counts and the subject only, at most one

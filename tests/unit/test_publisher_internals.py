@@ -19,7 +19,7 @@ from liftbridge_nats import (
     PublishRejectedError,
     RetriedIncorrectOffsetError,
 )
-from liftbridge_nats._acks import AckListener
+from liftbridge_nats._acks import InflightAckListener
 from liftbridge_nats._inflight import CID, AckFuture, InflightLedger, next_attempt
 from liftbridge_nats._memtransport import MemoryTransport
 from liftbridge_nats._proto import api_pb2
@@ -303,7 +303,7 @@ def _ack_bytes(cid: str, error: int = 0, offset: int = 3) -> bytes:
 async def test_listener_settles_and_counts_everything_else() -> None:
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=10, on_expired=lambda f: None)
-    listener = AckListener(MemoryTransport(), ledger)
+    listener = InflightAckListener(MemoryTransport(), ledger)
     futures = {cid: _in_flight(loop, cid, 5) for cid in ["ok", "occ", "big", "enc", "unk", "gone"]}
     for f in futures.values():
         ledger.add(f, True)
@@ -346,7 +346,7 @@ async def test_listener_settles_and_counts_everything_else() -> None:
 async def test_listener_ignores_acks_for_cancelled_futures() -> None:
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=10, on_expired=lambda f: None)
-    listener = AckListener(MemoryTransport(), ledger)
+    listener = InflightAckListener(MemoryTransport(), ledger)
     future = _in_flight(loop, "c", 5)
     ledger.add(future, True)
     future.cancel()
@@ -358,7 +358,7 @@ async def test_listener_ignores_acks_for_cancelled_futures() -> None:
 async def test_listener_marks_refused_resent_copies() -> None:
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=10, on_expired=lambda f: None)
-    listener = AckListener(MemoryTransport(), ledger)
+    listener = InflightAckListener(MemoryTransport(), ledger)
     first = _in_flight(loop, "first", 5)
     resent = _in_flight(loop, "again", 5, attempt=1)  # a re-sent copy
     ledger.add(first, True)
@@ -381,7 +381,7 @@ async def test_listener_memory_does_not_grow_with_the_number_of_acks() -> None:
     # grew the process by ~90 bytes per ack (about 27 MiB for these 300k).
     loop = asyncio.get_running_loop()
     ledger = InflightLedger(loop, max_inflight=10, on_expired=lambda f: None)
-    listener = AckListener(MemoryTransport(), ledger)
+    listener = InflightAckListener(MemoryTransport(), ledger)
     data = _ack_bytes("c" * 24)
     for _ in range(20_000):  # warm up allocator pools
         listener.handle(data)
