@@ -64,8 +64,22 @@ FANOUT_CONSUMER = "ours, one consumer"
 GO_FANOUT = "go, a goroutine per partition"
 FANOUT_CLIENTS = (FANOUT_TASKS, FANOUT_CONSUMER)
 
+# The blocking API (liftbridge_nats.sync): publish_async from one thread, then waiting
+# on its futures, beside ours (the async publish_async); 16 threads looping on the
+# blocking publish, beside go-liftbridge's blocking Publish from 16 goroutines; and what
+# one call through the background loop costs (no I/O). Measured on the first size,
+# LEADER, the first topology.
+SYNC_PUBLISH_ASYNC = "sync publish_async"
+SYNC_THREADS_16 = "sync publish, 16 threads"
+GO_TASKS_16 = "go Publish, 16 goroutines"
+SYNC_CLIENTS = (SYNC_PUBLISH_ASYNC, SYNC_THREADS_16)
+SYNC_PEER_OF = {SYNC_PUBLISH_ASYNC: OURS, SYNC_THREADS_16: GO_TASKS_16}
+PORTAL_CALL = "sync portal call"
+# Calls timed by the portal case (at most; fewer when the run's count is smaller).
+PORTAL_CALLS = 20_000
+
 GUFO_CLIENTS = (GUFO_UNARY, GUFO_BULK, GUFO_SUB)
-GO_CLIENTS = (GO_ASYNC, GO_SYNC, GO_TASKS_100, GO_SUB, GO_FANOUT)
+GO_CLIENTS = (GO_ASYNC, GO_SYNC, GO_TASKS_100, GO_TASKS_16, GO_SUB, GO_FANOUT)
 SEQUENTIAL_CLIENTS = (GUFO_UNARY, GO_SYNC)
 
 
@@ -76,7 +90,7 @@ SINGLE = Topology(1, 1)
 class Case:
     """One measurement: a client doing one thing under one configuration."""
 
-    section: str  # publish | latency | subscribe | fanout | memory | spark
+    section: str  # publish | latency | subscribe | fanout | memory | spark | portal
     client: str
     size: int
     count: int
@@ -116,10 +130,11 @@ def publish_clients(
     settings: Settings, topology: Topology, keyed: bool = False, telemetry: bool = False
 ) -> list[str]:
     """Clients measured on one publish configuration (``telemetry``: with the
-    telemetry and serializer variants of ours)."""
+    telemetry and serializer variants of ours, and the blocking API's cases)."""
     clients = [OURS, BARE]
     if telemetry:
         clients += list(TELEMETRY_CLIENTS)
+        clients += list(SYNC_CLIENTS) + ([GO_TASKS_16] if settings.go else [])
     if topology in settings.services_topologies:
         clients += list(SERVICES) + list(SERVICE_CEILINGS)
         if settings.go:
@@ -174,6 +189,7 @@ def build(settings: Settings) -> list[Case]:
                             keyed=True,
                         )
                     )
+    cases.append(Case("portal", PORTAL_CALL, settings.sizes[0], min(settings.count, PORTAL_CALLS)))
     for size in settings.sizes:
         for rate in settings.latency_rates:
             count = int(rate * settings.latency_seconds)

@@ -205,6 +205,7 @@ def targets(record: Record) -> list[dict[str, Any]]:
                 rows.append(row)
     rows += _services_targets(pub)
     rows += _telemetry_targets(pub)
+    rows += _sync_targets(pub)
     lat = [c for c in cases if c["section"] == "latency" and c["rate"] == 10_000]
     for size in sorted({c["size"] for c in lat}):
         ours_c = _find(lat, plan.OURS, size=size)
@@ -342,6 +343,95 @@ def _services_targets(pub: list[Record]) -> list[dict[str, Any]]:
             lower=True,
         )
     return rows
+
+
+# The blocking API's cases: (client, its peer, goal, what the target says).
+_SYNC_GOALS = (
+    (
+        plan.SYNC_PUBLISH_ASYNC,
+        plan.OURS,
+        0.5,
+        "sync publish_async from one thread, then its futures ≥ 0.5x ours (async) publish_async",
+    ),
+    (
+        plan.SYNC_THREADS_16,
+        plan.GO_TASKS_16,
+        1.0,
+        "sync publish from 16 threads ≥ 1.0x go-liftbridge Publish from 16 goroutines",
+    ),
+)
+
+
+def _sync_match(case: Record) -> dict[str, Any]:
+    keys = ("size", "ack", "partitions", "replication", "keyed")
+    return {k: case.get(k, False if k == "keyed" else None) for k in keys}
+
+
+def _sync_targets(pub: list[Record]) -> list[dict[str, Any]]:
+    """The blocking API against its peers, where its cases ran."""
+    rows: list[dict[str, Any]] = []
+    for client, peer, goal, what in _SYNC_GOALS:
+        case = _find(pub, client)
+        if case is None:
+            continue
+        m = _sync_match(case)
+        rows.append(
+            _target(
+                f"{what}, {_size(case['size'])}",
+                _ratio(_rate(pub, client, **m), _rate(pub, peer, **m)),
+                goal,
+            )
+        )
+    return rows
+
+
+def _sync_table(cases: list[Record]) -> list[str]:
+    pub = [c for c in cases if c["section"] == "publish"]
+    portal = _find([c for c in cases if c["section"] == "portal"], plan.PORTAL_CALL)
+    present = [g for g in _SYNC_GOALS if _find(pub, g[0])]
+    if not present and portal is None:
+        return []
+    out = [
+        "",
+        "### The blocking API, `liftbridge_nats.sync` (msg/s, CPU µs/msg)",
+        "",
+        "Plain threads, no event loop of their own: the SDK runs on one background loop "
+        "per process. **sync publish_async** = the blocking Publisher's `publish_async` "
+        "from one thread, then waiting on each future it returned, beside ours (the async "
+        "`publish_async`, then `flush`); **sync publish, 16 threads** = 16 threads sharing "
+        "one blocking Publisher, each looping on `publish` (which returns the ack), beside "
+        "go-liftbridge's blocking `Publish` from 16 goroutines. Same rounds, same stream "
+        "configuration.",
+        "",
+        "| case | msg/s | CPU | peer | peer msg/s | peer CPU | ratio | goal |",
+        "|---|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for client, peer, goal, _ in present:
+        case = _find(pub, client)
+        assert case is not None
+        m = _sync_match(case)
+        peer_case = _find(pub, peer, **m)
+        out.append(
+            f"| {client} | {_figure(case, 'rate', 0)} | {_figure(case, 'cpu_us_per_msg', 1)} "
+            f"| {peer} | {_figure(peer_case, 'rate', 0)} "
+            f"| {_figure(peer_case, 'cpu_us_per_msg', 1)} "
+            f"| {_x(_ratio(_rate(pub, client, **m), _rate(pub, peer, **m)))} | {goal}x |"
+        )
+    if portal is not None:
+        if _ok(portal):
+            r = portal["result"]
+            figure = (
+                f"**{r['us_per_call']:.1f} µs** per call ({r['cpu_us_per_msg']:.1f} µs of "
+                f"process CPU), over {r['count']:,} calls"
+            )
+        else:
+            figure = "failed (see Failures)"
+        out += [
+            "",
+            "One blocking call through the background loop (a coroutine that does nothing, "
+            f"called from the main thread, one after the other): {figure}.",
+        ]
+    return out
 
 
 def _services_configs(pub: list[Record]) -> list[Config]:
@@ -1179,6 +1269,7 @@ def markdown(record: Record, chart_name: str = "results.png") -> str:
     lines += _services_table(cases)
     lines += _go_patterns_table(cases)
     lines += _telemetry_table(cases)
+    lines += _sync_table(cases)
     lines += _latency_table(cases)
     lines += _subscribe_table(cases)
     lines += _fanout_table(cases)

@@ -52,6 +52,9 @@ _PY_ACTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("fanout", plan.FANOUT_TASKS): ("ours", "fanout"),
     ("fanout", plan.FANOUT_CONSUMER): ("ours", "fanout"),
     ("memory", plan.OURS): ("ours", "memory"),
+    ("publish", plan.SYNC_PUBLISH_ASYNC): ("ours", "sync_publish_async"),
+    ("publish", plan.SYNC_THREADS_16): ("ours", "sync_threads"),
+    ("portal", plan.PORTAL_CALL): ("ours", "portal_call"),
 }
 # How many tasks loop on awaiting a publish in the services' pattern and its ceiling
 # (goroutines looping on Publish, for the Go peer).
@@ -61,6 +64,8 @@ _TASKS = {
     plan.BARE_TASKS_100: 100,
     plan.BARE_TASKS_1000: 1000,
     plan.GO_TASKS_100: 100,
+    plan.SYNC_THREADS_16: 16,
+    plan.GO_TASKS_16: 16,
 }
 # What the telemetry variants of ours add to their spec (see bench.clients.ours.publish
 # and bench.worker).
@@ -75,6 +80,7 @@ _GO_MODES = {
     plan.GO_ASYNC: "async",
     plan.GO_SYNC: "sync",
     plan.GO_TASKS_100: "sync",
+    plan.GO_TASKS_16: "sync",
     plan.GO_SUB: "subscribe",
     plan.GO_FANOUT: "fanout",
 }
@@ -106,6 +112,10 @@ def _log(line: str) -> None:
 def _fmt_result(case: Case, result: dict[str, Any]) -> str:
     if "error" in result:
         return f"FAILED: {result['error'].splitlines()[-1][:160] if result['error'] else '?'}"
+    if case.section == "portal":
+        return (
+            f"{result['us_per_call']:8.1f} us per call  cpu {result['cpu_us_per_msg']:6.1f} us/call"
+        )
     if case.section == "latency":
         return (
             f"p50 {result['p50_ms']:.2f} ms  p99 {result['p99_ms']:.2f} ms  "
@@ -492,7 +502,7 @@ class Runner:
             elif case.section == "fanout":
                 spec["stream"] = await self._fill_fanout(case.topology.partitions)
                 spec["mode"] = "tasks" if case.client == plan.FANOUT_TASKS else "consumer"
-            elif case.client != plan.RAW:
+            elif case.client != plan.RAW and case.section != "portal":
                 created = self._name(case, index)
                 await self.streams.create(
                     created, case.topology.partitions, case.topology.replication

@@ -2,7 +2,8 @@
 
 Usage (the runner does this): ``python -m bench.worker '<json spec>'``. The spec names
 the client module under ``bench.clients`` and the action (``publish``, ``latency``,
-``subscribe``, ``raw``...). The last line of stdout is the result; errors go to stderr
+``subscribe``, ``raw``...): a coroutine function, run on an event loop, or a plain
+function (the blocking API's cases), called in the main thread with no loop running. The last line of stdout is the result; errors go to stderr
 and a non-zero exit status.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import importlib.abc
+import inspect
 import json
 import sys
 from collections.abc import Callable, Coroutine
@@ -50,7 +52,10 @@ def main(argv: list[str]) -> int:
         sys.meta_path.insert(0, _Blocked(spec["block_imports"]))
     module = importlib.import_module(f"bench.clients.{spec['module']}")
     action = getattr(module, spec["action"])
-    result = _run(action(spec), bool(spec.get("uvloop")))
+    if inspect.iscoroutinefunction(action):
+        result = _run(action(spec), bool(spec.get("uvloop")))
+    else:  # a client of the blocking API: no event loop in this thread
+        result = action(spec)
     if spec.get("uvloop"):
         result["loop"] = "uvloop"
     print(json.dumps(result), flush=True)

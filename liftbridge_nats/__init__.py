@@ -27,7 +27,9 @@ import inspect
 from types import FunctionType
 from typing import TYPE_CHECKING, Any, get_type_hints
 
+from ._ack_listener import AckListener
 from ._acks import AckStats
+from ._checks import DEFAULT_MAX_PARTITIONS
 from ._errors import (
     ACK_ERRORS,
     GRPC_STATUS_ERRORS,
@@ -75,7 +77,6 @@ from ._errors import (
 )
 from ._messages import Ack, AckError, AckPolicy, Message, StartPosition, StopPosition
 from ._metadata import BrokerInfo, EventTimestamps, GroupInfo, Metadata, PartitionInfo, StreamInfo
-from ._names import DEFAULT_MAX_PARTITIONS
 from ._partitioning import (
     KeyPartitioner,
     Partitioner,
@@ -99,9 +100,9 @@ _GRPC_SIDE = {
     "REPLICATION_MAX": "._client",
     "Client": "._client",
     "group_cursor_id": "._cursors",
-    "Consumer": "._groups",
-    "ConsumerRebalanceListener": "._groups",
-    "StreamPartition": "._groups",
+    "Consumer": "._consumer",
+    "ConsumerRebalanceListener": "._consumer",
+    "StreamPartition": "._consumer",
     "PartitionLag": "._lag",
     "consumer_lag": "._lag",
     "group_lag": "._lag",
@@ -113,8 +114,8 @@ _GRPC_SIDE = {
 if TYPE_CHECKING:
     from ._activity import ActivityEvent, ActivityOp, ActivityStream
     from ._client import REPLICATION_MAX, Client
+    from ._consumer import Consumer, ConsumerRebalanceListener, StreamPartition
     from ._cursors import group_cursor_id
-    from ._groups import Consumer, ConsumerRebalanceListener, StreamPartition
     from ._grpc import TLSConfig
     from ._lag import PartitionLag, consumer_lag, group_lag, partition_lag
     from ._subscription import Subscription, TimeSpec
@@ -178,6 +179,7 @@ __all__ = [
     "REPLICATION_MAX",
     "Ack",
     "AckError",
+    "AckListener",
     "AckLostError",
     "AckPolicy",
     "AckStats",

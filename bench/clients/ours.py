@@ -442,3 +442,93 @@ async def fanout(spec: dict[str, Any]) -> dict[str, Any]:
         await sampler
         result["threads"] = max(peak_threads, _os_threads())
         return result
+
+
+# ------------------------------------------------------------------ the blocking API
+# Plain functions: the worker calls them in its main thread with no event loop running,
+# as a script, a Flask view or a Celery task would (liftbridge_nats.sync runs its own).
+
+
+def sync_publish_async(spec: dict[str, Any]) -> dict[str, Any]:
+    """The blocking Publisher's ``publish_async`` from one thread, ``count`` times,
+    then waiting on every future it returned."""
+    from liftbridge_nats.sync import Publisher
+
+    value = payload(spec["size"])
+    policy = AckPolicy[spec["ack"]]
+    subject = spec["subject"]
+    with Publisher(spec["nats_url"], ack_timeout=spec.get("timeout", PUBLISH_ACK_TIMEOUT)) as pub:
+
+        def run(n: int) -> int:
+            publish_async = pub.publish_async
+            futures = [publish_async(subject, value, ack_policy=policy) for _ in range(n)]
+            return sum(f.exception() is not None for f in futures)
+
+        run(spec["warmup"])
+        meter = Meter()
+        meter.start()
+        errors = run(spec["count"])
+        return meter.stop(spec["count"], errors)
+
+
+def sync_threads(spec: dict[str, Any]) -> dict[str, Any]:
+    """``tasks`` threads sharing one blocking Publisher, each looping on ``publish``,
+    ``count`` messages in all (go-liftbridge's peer: goroutines looping on Publish)."""
+    import threading
+
+    from liftbridge_nats.sync import Publisher
+
+    value = payload(spec["size"])
+    policy = AckPolicy[spec["ack"]]
+    subject = spec["subject"]
+    workers = spec["tasks"]
+    with Publisher(spec["nats_url"], ack_timeout=spec.get("timeout", PUBLISH_ACK_TIMEOUT)) as pub:
+
+        def run(n: int) -> int:
+            errors = [0] * workers
+            share, rest = divmod(n, workers)
+            start = threading.Barrier(workers + 1)
+
+            def loop(worker: int, m: int) -> None:
+                publish = pub.publish
+                start.wait()
+                for _ in range(m):
+                    try:
+                        publish(subject, value, ack_policy=policy)
+                    except Exception:
+                        errors[worker] += 1
+
+            threads = [
+                threading.Thread(target=loop, args=(i, share + (i < rest))) for i in range(workers)
+            ]
+            for thread in threads:
+                thread.start()
+            start.wait()
+            for thread in threads:
+                thread.join()
+            return sum(errors)
+
+        run(spec["warmup"])
+        meter = Meter()
+        meter.start()
+        errors = run(spec["count"])
+        return meter.stop(spec["count"], errors, threads=workers)
+
+
+def portal_call(spec: dict[str, Any]) -> dict[str, Any]:
+    """What one blocking call through the shared background loop costs: ``count`` calls
+    of a coroutine that does nothing, one after the other (no I/O)."""
+    from liftbridge_nats.sync._portal import call
+
+    async def nothing() -> None:
+        return None
+
+    for _ in range(min(1_000, spec["count"])):
+        call(nothing)
+    meter = Meter()
+    meter.start()
+    for _ in range(spec["count"]):
+        call(nothing)
+    result = meter.stop(spec["count"])
+    result["us_per_call"] = result["seconds"] / spec["count"] * 1e6
+    return result

@@ -1,0 +1,148 @@
+"""The shared background loop of the blocking API: calls, the in-loop check, close,
+close callbacks, interrupts and fork."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+import warnings
+
+import pytest
+
+from liftbridge_nats import ClientClosedError, LocalError
+from liftbridge_nats.sync import _portal
+from liftbridge_nats.sync._portal import (
+    EventLoopRunningError,
+    PortalClosedError,
+    call,
+    close_shared,
+    on_close,
+    portal_loop,
+    shared_portal,
+    submit,
+    wait,
+)
+
+
+async def add(a: int, b: int) -> int:
+    await asyncio.sleep(0)
+    return a + b
+
+
+async def loop_thread() -> str:
+    return threading.current_thread().name
+
+
+def test_call_runs_on_one_shared_daemon_loop() -> None:
+    assert call(add, 2, 3) == 5
+    name = call(loop_thread)
+    assert name == _portal.THREAD_NAME
+    assert shared_portal() is shared_portal()
+    assert portal_loop().is_running()
+    [thread] = [t for t in threading.enumerate() if t.name == name]
+    assert thread.daemon  # a process that never closes it still exits
+
+
+def test_a_call_from_a_running_loop_fails_at_once_naming_the_async_api() -> None:
+    async def inside() -> float:
+        started = time.monotonic()
+        with pytest.raises(EventLoopRunningError, match=r"`await add\(\.\.\.\)`"):
+            call(add, 1, 2)
+        return time.monotonic() - started
+
+    assert asyncio.run(inside()) < 0.5
+    assert issubclass(EventLoopRunningError, LocalError)
+    assert issubclass(EventLoopRunningError, RuntimeError)
+
+
+def test_a_call_from_the_loop_thread_itself_fails_instead_of_deadlocking() -> None:
+    async def reenter() -> None:
+        call(add, 1, 2)
+
+    with pytest.raises(EventLoopRunningError):
+        call(reenter)
+
+
+def test_an_interrupted_wait_cancels_the_call_on_the_loop() -> None:
+    cancelled = threading.Event()
+
+    async def slow() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    future = submit(slow)
+    # A timeout stands in for Ctrl-C here: both leave wait() by an exception.
+    with pytest.raises(TimeoutError):
+        wait(future, 0.05)
+    assert future.cancelled()
+    assert cancelled.wait(2)
+
+
+def test_close_shared_runs_close_callbacks_and_fails_waiting_calls() -> None:
+    ran: list[str] = []
+
+    async def close_connection() -> None:
+        ran.append("closed")
+
+    async def forgotten() -> None:
+        ran.append("unregistered")
+
+    portal = shared_portal()
+    on_close(close_connection)
+    on_close(forgotten)()  # unregistered at once
+    waiting = submit(asyncio.sleep, 30)
+    close_shared(timeout=2)
+    assert ran == ["closed"]
+    with pytest.raises(PortalClosedError, match="shut down"):
+        waiting.result(2)
+    assert issubclass(PortalClosedError, ClientClosedError)
+    # Objects that kept the old portal are refused; new calls start a new loop.
+    with pytest.raises(PortalClosedError):
+        call(add, 1, 1, portal=portal)
+    assert shared_portal() is not portal
+    assert call(add, 1, 1) == 2
+
+
+def test_a_stuck_close_callback_does_not_hold_close_shared() -> None:
+    async def stuck() -> None:
+        await asyncio.sleep(30)
+
+    shared_portal()
+    on_close(stuck)
+    started = time.monotonic()
+    close_shared(timeout=0.1)
+    assert time.monotonic() - started < 3
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_a_forked_child_starts_its_own_loop() -> None:
+    parent = shared_portal()
+    parent_thread = call(loop_thread)
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        # Python 3.12+ warns about forking a process with threads: the point here.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: report, then leave without running the parent's cleanup
+        code = 1
+        try:
+            try:
+                call(add, 1, 1, portal=parent)
+            except PortalClosedError:
+                code = 0 if call(add, 20, 22) == 42 and shared_portal() is not parent else 3
+        finally:
+            os.write(write, bytes([code]))
+            os._exit(0)
+    os.close(write)
+    try:
+        answer = os.read(read, 1)
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    assert answer == b"\x00"
+    assert call(loop_thread) == parent_thread  # the parent's loop is untouched

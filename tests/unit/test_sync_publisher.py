@@ -1,0 +1,186 @@
+"""The blocking Publisher over the memory transport: acks, threads, batching of the
+hand-over to the loop, backpressure, flush and close; and the blocking classes keep
+their async twins' signatures."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import liftbridge_nats
+from liftbridge_nats import Ack, PublisherClosedError, UnsentTimeoutError
+from liftbridge_nats._memtransport import MemoryTransport as SilentTransport
+from liftbridge_nats.sync import Client, Consumer, EventLoopRunningError, Publisher
+from liftbridge_nats.sync._handoff import Handoff
+from liftbridge_nats.sync._portal import call, portal_loop
+from liftbridge_nats.testing import MemoryTransport
+
+
+def quiet(**options: Any) -> dict[str, Any]:
+    return {"metrics": False, "tracing": False, **options}
+
+
+def test_publish_and_publish_async_return_acks() -> None:
+    with Publisher(MemoryTransport(), **quiet()) as pub:
+        ack = pub.publish("orders", b"one", key=b"k")
+        assert isinstance(ack, Ack) and ack.offset == 0
+        futures = [pub.publish_async("orders", b"n%d" % i) for i in range(5)]
+        assert all(isinstance(f, concurrent.futures.Future) for f in futures)
+        assert [f.result(2).offset for f in futures] == [1, 2, 3, 4, 5]  # type: ignore[union-attr]
+        pub.flush(2)
+        assert pub.stats.acked == 6 and pub.pending == 0
+
+
+def test_threads_share_a_publisher_and_keep_their_order() -> None:
+    transport = MemoryTransport()
+    with Publisher(transport, **quiet()) as pub:
+
+        def work(thread: int) -> list[int]:
+            futures = [pub.publish_async("s", b"%d-%d" % (thread, i)) for i in range(100)]
+            return [f.result(5).offset for f in futures]  # type: ignore[union-attr]
+
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            offsets = list(pool.map(work, range(4)))
+    assert sorted(o for mine in offsets for o in mine) == list(range(400))
+    assert all(mine == sorted(mine) for mine in offsets)
+
+
+class CountingLoop:
+    """Forwards to a loop, counting the cross-thread wake-ups."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.wakeups = 0
+
+    def call_soon_threadsafe(self, callback: Callable[[], object]) -> None:
+        self.wakeups += 1
+        self.loop.call_soon_threadsafe(callback)
+
+    def call_soon(self, callback: Callable[[], object]) -> None:
+        self.loop.call_soon(callback)
+
+
+def test_a_burst_from_one_thread_wakes_the_loop_once() -> None:
+    loop = CountingLoop(portal_loop())
+    handled: list[int] = []
+    done = threading.Event()
+
+    def handle(item: int) -> None:
+        handled.append(item)
+        handoff.settled()
+        if len(handled) == 200:
+            done.set()
+
+    handoff: Handoff[int] = Handoff(
+        loop,  # type: ignore[arg-type]  # the two methods Handoff uses
+        room=1000,
+        handle=handle,
+        fail=lambda item, exc: None,
+        closed_error=RuntimeError,
+    )
+    gate = threading.Event()
+    loop.loop.call_soon_threadsafe(gate.wait, 5)  # the loop is busy meanwhile
+    for i in range(200):  # fewer than a producer may queue ahead of the loop
+        assert handoff.put(i, timeout=1)
+    gate.set()
+    assert done.wait(5)
+    assert handled == list(range(200))
+    assert loop.wakeups == 1
+
+
+def test_no_room_blocks_until_the_deadline_then_fails_unsent() -> None:
+    transport = SilentTransport()  # acks nothing unless told
+    with Publisher(transport, max_queued=3, **quiet(ack_timeout=5)) as pub:
+        waiting = [pub.publish_async("s", b"%d" % i) for i in range(3)]
+        started = time.monotonic()
+        late = pub.publish_async("s", b"late", timeout=0.2)
+        assert 0.15 < time.monotonic() - started < 2
+        with pytest.raises(UnsentTimeoutError) as info:
+            late.result(0)
+        assert info.value.maybe_stored is False
+        # Acks free the room again.
+        call(_ack, transport, 0, 3)
+        assert [f.result(2).offset for f in waiting] == [0, 1, 2]  # type: ignore[union-attr]
+        again = pub.publish_async("s", b"again")
+        call(_ack, transport, 3, 4)
+        assert again.result(2) is not None
+        pub.close(0)
+
+
+async def _ack(transport: SilentTransport, first: int, end: int) -> None:
+    """Ack the messages delivered at ``first`` up to ``end`` once they are there."""
+    for _ in range(400):
+        if len(transport.delivered) >= end:
+            break
+        await asyncio.sleep(0.005)
+    for sent in transport.delivered[first:end]:
+        transport.ack(sent)
+
+
+def test_close_fails_later_publishes_and_settles_what_waited() -> None:
+    transport = SilentTransport()
+    pub = Publisher(transport, **quiet())
+    unacked = pub.publish_async("s", b"never acked")
+    pub.close(timeout=0.05)
+    assert pub.closed
+    with pytest.raises(liftbridge_nats.AckLostError):
+        unacked.result(2)
+    with pytest.raises(PublisherClosedError):
+        pub.publish_async("s", b"late")
+    with pytest.raises(PublisherClosedError):
+        pub.publish("s", b"late")
+    pub.close()  # idempotent
+
+
+def test_blocking_calls_in_a_running_loop_fail_at_once() -> None:
+    with Publisher(MemoryTransport(), **quiet()) as pub:
+
+        async def inside() -> None:
+            with pytest.raises(EventLoopRunningError, match=r"Publisher\.publish"):
+                pub.publish("s", b"x")
+            with pytest.raises(EventLoopRunningError, match=r"Publisher\.flush"):
+                pub.flush()
+            with pytest.raises(EventLoopRunningError, match=r"Publisher\(\)"):
+                Publisher(MemoryTransport())
+
+        asyncio.run(inside())
+
+
+def _twins() -> list[tuple[type, type, str]]:
+    """Every public method of the async classes, with the blocking class that must
+    have it (``start`` aside: the blocking Publisher starts when created)."""
+    pairs = [
+        (Client, liftbridge_nats.Client),
+        (Consumer, liftbridge_nats.Consumer),
+        (Publisher, liftbridge_nats.Publisher),
+    ]
+    return [
+        (blocking, twin, name)
+        for blocking, twin in pairs
+        for name, member in vars(twin).items()
+        if callable(member)
+        and not name.startswith("_")
+        and not (twin is liftbridge_nats.Publisher and name == "start")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("blocking", "async_twin", "name"),
+    _twins(),
+    ids=[f"{b.__name__}.{n}" for b, _, n in _twins()],
+)
+def test_blocking_methods_keep_the_async_signatures(
+    blocking: type, async_twin: type, name: str
+) -> None:
+    mine = inspect.signature(getattr(blocking, name))
+    theirs = inspect.signature(getattr(async_twin, name))
+    assert [(p.name, p.kind, p.default) for p in mine.parameters.values()] == [
+        (p.name, p.kind, p.default) for p in theirs.parameters.values()
+    ]
