@@ -4,7 +4,8 @@ A thin adapter over the public SDK and nothing else (no protobuf, no envelopes):
 reads go through the gRPC :class:`~liftbridge_nats.Client` (Subscribe bounded
 by offsets planned on the driver), writes through the NATS-native
 :class:`~liftbridge_nats.Publisher` with acks. Every Spark callback that
-talks to Liftbridge runs its own asyncio event loop. The options follow Spark's Kafka
+talks to Liftbridge runs on one background event loop per Python process, where the
+connections stay open across tasks and micro-batches until the process exits. The options follow Spark's Kafka
 source (several streams by list or pattern, offsets and times to start and end at,
 ``failOnDataLoss``, ``includeHeaders``, TLS and NATS credentials); the Spark guide
 (docs/spark.md) has them in one table beside Kafka's. In short::

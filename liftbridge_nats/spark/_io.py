@@ -1,8 +1,8 @@
 """Connections of the Spark source: the gRPC Client and nats-py, with their security.
 
 Everything that talks to Liftbridge is async and is driven from Spark's synchronous
-callbacks by one event loop per call (:func:`run`) or per task (``asyncio.Runner``).
-Connection failures come out as :class:`~liftbridge_nats.NotConnectedError`
+callbacks on the process's one background event loop (:func:`run`), where the
+connections are kept across calls (:mod:`._connections`). Connection failures come out as :class:`~liftbridge_nats.NotConnectedError`
 naming the option to check, and never carry a credential: URLs are shown with their
 user-info masked (the SDK's ``redact``) and passwords, tokens and keys are never
 formatted into a message.
@@ -13,19 +13,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Coroutine
-from contextlib import asynccontextmanager
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from liftbridge_nats import Client, LiftbridgeError, NotConnectedError
 from liftbridge_nats._log import get_logger, redact
+from liftbridge_nats.sync import _portal
 
 from ._security import GrpcTls, NatsAuth
 
-__all__ = ["client", "connect_nats", "new_client", "probe_nats", "run"]
+__all__ = ["CONNECTION_NAME", "connect_client", "connect_nats", "new_client", "run"]
 
 _T = TypeVar("_T")
 _log = get_logger("spark")
+
+CONNECTION_NAME = "liftbridge-nats spark"
+"""The name the source's NATS connections give the server (``/connz`` shows it)."""
 
 
 def new_client(brokers: tuple[str, ...], rpc_timeout: float, tls: GrpcTls | None) -> Client:
@@ -41,10 +44,9 @@ def _broker_hint(tls: GrpcTls | None, exc: BaseException) -> str:
     return "check the addresses (the gRPC port, not NATS's) and that the brokers run"
 
 
-@asynccontextmanager
-async def client(
+async def connect_client(
     brokers: tuple[str, ...], rpc_timeout: float, tls: GrpcTls | None = None
-) -> AsyncIterator[Client]:
+) -> Client:
     """A connected Client; a failure to connect is reported against ``brokers``."""
     lb = new_client(brokers, rpc_timeout, tls)
     try:
@@ -54,10 +56,7 @@ async def client(
             f"option 'brokers': no Liftbridge broker answered at {','.join(brokers)} ({exc}); "
             f"{_broker_hint(tls, exc)}."
         ) from None
-    try:
-        yield lb
-    finally:
-        await lb.close()
+    return lb
 
 
 def _nats_failure(
@@ -125,6 +124,7 @@ async def connect_nats(
         "max_reconnect_attempts": 3 if reconnect else 1,
         "reconnect_time_wait": 2.0 if reconnect else 0.1,
         "error_cb": remember,
+        "name": CONNECTION_NAME,
     }
     try:
         options.update(auth.connect_options())
@@ -150,12 +150,19 @@ async def connect_nats(
         raise _nats_failure(servers, auth, causes) from None
 
 
-async def probe_nats(servers: tuple[str, ...], rpc_timeout: float, auth: NatsAuth) -> None:
-    """Connect once and close: lets a write with a bad ``nats_url`` fail on the driver."""
-    nc = await connect_nats(servers, rpc_timeout, auth, reconnect=False)
-    await nc.close()
+async def _await(coro: Coroutine[Any, Any, _T]) -> _T:
+    return await coro
 
 
 def run(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run one SDK coroutine on a fresh event loop (driver-side planning calls)."""
-    return asyncio.run(coro)
+    """Run ``coro`` on the process's background event loop and return its result.
+
+    Every call of a process shares that loop, and with it the connections cached on
+    it; the loop lives until the interpreter exits.
+    """
+    try:
+        return _portal.call(_await, coro, async_api="liftbridge_nats.spark")
+    except (_portal.PortalClosedError, _portal.EventLoopRunningError):
+        # Never started (no loop to run on, or called from a loop): no "never awaited" warning.
+        coro.close()
+        raise

@@ -2,7 +2,8 @@
 the offsets behind ``earliest`` and timestamps.
 
 :class:`Lookups` wraps one connected :class:`~liftbridge_nats.Client` for the
-duration of one planning step, so a plan costs one connection. Liftbridge has no
+duration of one planning step; the client is the process's cached one
+(:mod:`._connections`), so a plan after the first costs no new connection. Liftbridge has no
 offset-for-time or oldest-offset call: both are answered by subscribing at that
 position (bounded by the high watermark) and taking the first message's offset.
 """
@@ -14,9 +15,11 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 
 from liftbridge_nats import (
+    BrokerUnavailableError,
     Client,
     InvalidArgumentError,
     NoSuchStreamError,
+    NotConnectedError,
     PartitionPausedError,
     RpcError,
     StartPosition,
@@ -24,7 +27,7 @@ from liftbridge_nats import (
     StreamInfo,
 )
 
-from . import _io
+from . import _connections
 from ._options import ReadOptions, StreamSelection
 from ._planning import Lookup, Offsets
 from ._positions import EARLIEST, At, Position
@@ -178,9 +181,23 @@ class Lookups:
 
 @asynccontextmanager
 async def lookups(opts: ReadOptions) -> AsyncIterator[Lookups]:
-    """A :class:`Lookups` over a client connected with the read's options."""
-    async with _io.client(opts.brokers, opts.timeout, opts.tls) as client:
+    """A :class:`Lookups` over the process's client for the read's options.
+
+    A broker that cannot be reached drops the client, so that the next step connects
+    again.
+    """
+    client = await _connections.client(opts.brokers, opts.timeout, opts.tls)
+    async with _dropped_if_unreachable(client):
         yield Lookups(client, opts)
+
+
+@asynccontextmanager
+async def _dropped_if_unreachable(client: Client) -> AsyncIterator[None]:
+    try:
+        yield
+    except (BrokerUnavailableError, NotConnectedError):
+        await _connections.discard(client)
+        raise
 
 
 async def sink_target(
@@ -192,7 +209,8 @@ async def sink_target(
     idle, or paused by hand) and resumes it only on a gRPC request; without this every
     task writing there would fail on missing acks.
     """
-    async with _io.client(brokers, rpc_timeout, tls) as client:
+    client = await _connections.client(brokers, rpc_timeout, tls)
+    async with _dropped_if_unreachable(client):
         try:
             info = await client.stream_info(stream, refresh=True)
         except NoSuchStreamError:

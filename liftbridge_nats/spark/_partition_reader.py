@@ -1,7 +1,7 @@
 """One Spark task's read: the messages of one :class:`OffsetRange`, in chunks.
 
-A Subscribe from the range's first offset, stopped at its last, on an event loop the
-task owns. Every offset of the range was committed when the range was planned, so a
+A Subscribe from the range's first offset, stopped at its last, over the process's
+cached client, on its one background event loop. Every offset of the range was committed when the range was planned, so a
 message whose offset jumps ahead, or a subscription that ends early, means offsets
 were removed since (retention, compaction, a recreated stream): that is data loss,
 reported as ``failOnDataLoss`` says.
@@ -12,9 +12,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
-from liftbridge_nats import Message, RpcTimeoutError, StartPosition, StopPosition, Subscription
+from liftbridge_nats import (
+    BrokerUnavailableError,
+    Client,
+    Message,
+    NotConnectedError,
+    RpcTimeoutError,
+    StartPosition,
+    StopPosition,
+    Subscription,
+)
+from liftbridge_nats.sync import _portal
 
-from . import _io
+from . import _connections
 from ._columns import Columns
 from ._dataloss import data_loss, missing_offsets
 from ._lookup import first_offset
@@ -26,12 +36,16 @@ __all__ = ["PartitionReader", "iter_range"]
 
 
 class PartitionReader:
-    """Reads one :class:`OffsetRange` in chunks, on an event loop its caller drives."""
+    """Reads one :class:`OffsetRange` in chunks, on an event loop its caller drives.
+
+    The client is the process's cached one: closing the reader closes its
+    subscription only.
+    """
 
     def __init__(self, opts: ReadOptions, rng: OffsetRange) -> None:
         self._rng = rng
         self._opts = opts
-        self._client = _io.new_client(opts.brokers, opts.timeout, opts.tls)
+        self._lb: Client | None = None
         self._sub: Subscription | None = None
         self._next = rng.from_offset
         self.skipped = 0
@@ -39,11 +53,17 @@ class PartitionReader:
         self.done = rng.count == 0
 
     async def open(self) -> None:
-        """Connect and subscribe at the range's first offset."""
+        """Take the process's client and subscribe at the range's first offset."""
         if self.done:
             return
-        await self._client.connect()
+        opts = self._opts
+        self._lb = await _connections.client(opts.brokers, opts.timeout, opts.tls)
         await self._subscribe(self._rng.from_offset)
+
+    @property
+    def _client(self) -> Client:
+        assert self._lb is not None, "open() first"
+        return self._lb
 
     async def _subscribe(self, offset: int) -> None:
         self._sub = self._client.subscribe(
@@ -181,30 +201,35 @@ class PartitionReader:
                 await self._probe()
         return out
 
-    async def close(self) -> None:
-        """Close the subscription and the client's channels."""
+    async def close(self, failed: BaseException | None = None) -> None:
+        """Close the subscription; after ``failed``, a connection error, drop the
+        process's client too, so that Spark's retry of the task connects afresh."""
         sub, self._sub = self._sub, None
         if sub is not None:
             await sub.aclose()
-        await self._client.close()
+        if isinstance(failed, BrokerUnavailableError | NotConnectedError) and self._lb is not None:
+            await _connections.discard(self._lb)
 
 
 def iter_range(opts: ReadOptions, rng: OffsetRange, chunk_size: int) -> Iterator[Columns]:
-    """Chunks of messages of ``rng``, pulled on one event loop owned by this generator.
+    """Chunks of messages of ``rng``, pulled on the process's background loop.
 
-    ``asyncio.Runner`` keeps a single loop across the chunks (the subscription lives
-    on it) and closes it when the generator finishes or is closed early, e.g. by a
-    ``limit()`` that needs no more rows.
+    The subscription lives on that loop across the chunks; it is closed when the
+    generator finishes or is closed early, e.g. by a ``limit()`` that needs no more
+    rows.
     """
     if rng.count == 0:
         return
-    with asyncio.Runner() as runner:
-        reader = PartitionReader(opts, rng)
-        try:
-            runner.run(reader.open())
-            while not reader.done:
-                chunk = runner.run(reader.chunk(chunk_size))
-                if chunk:
-                    yield chunk
-        finally:
-            runner.run(reader.close())
+    reader = PartitionReader(opts, rng)
+    failed: BaseException | None = None
+    try:
+        _portal.call(reader.open)
+        while not reader.done:
+            chunk = _portal.call(reader.chunk, chunk_size)
+            if chunk:
+                yield chunk
+    except BaseException as exc:
+        failed = exc
+        raise
+    finally:
+        _portal.call(reader.close, failed)

@@ -5,7 +5,9 @@ into Python lists once per batch, each partition's subject is computed once, row
 with neither a key nor a partition take a round-robin counter, and acks are not
 watched with a callback per message (one scheduled callback each) but collected
 from the head of a queue of futures as they settle (acks arrive in order). A task
-succeeds only when every row it published was acked without error.
+succeeds only when every row it published was acked without error. The Publisher and
+its NATS connection are the process's cached ones (:mod:`._connections`), shared by
+every task the Python worker runs.
 """
 
 from __future__ import annotations
@@ -21,16 +23,18 @@ from liftbridge_nats import (
     Ack,
     InvalidArgumentError,
     KeyPartitioner,
+    NotConnectedError,
     Publisher,
     PublishError,
     partition_subject,
 )
+from liftbridge_nats.sync import _portal
 
-from . import _io
+from . import _connections
 from ._options import WriteOptions
 from ._schema import WriteColumns
 
-__all__ = ["PartitionOffsets", "Target", "TaskResult", "publish_rows"]
+__all__ = ["PartitionOffsets", "SinkTask", "Target", "TaskResult", "publish_rows"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,37 +230,88 @@ async def _publish_batch(
             ledger.drain()
 
 
-async def publish_rows(
+class SinkTask:
+    """One task's publishing, fed an Arrow batch at a time (each step on the loop).
+
+    The task's thread reads Spark's batches and hands them over one by one, so the
+    loop goes on taking acks while the next batch is read.
+    """
+
+    def __init__(self, opts: WriteOptions, target: Target, cols: WriteColumns, task: int) -> None:
+        self._opts, self._target, self._cols, self._task = opts, target, cols, task
+        self._ledger = _Ledger()
+        self._router = _Router(target)
+        self._pub: Publisher[Any, Any] | None = None
+        self._started = time.monotonic()
+
+    async def start(self) -> None:
+        """Take the process's Publisher for the write's options."""
+        opts = self._opts
+        self._pub = await _connections.publisher(
+            opts.nats_servers,
+            opts.timeout,
+            opts.nats_auth,
+            ack_timeout=opts.ack_timeout,
+            max_inflight=opts.max_inflight,
+        )
+
+    async def publish(self, batch: Any) -> bool:
+        """Publish the rows of one Arrow batch; False once a publish has failed (the
+        task is lost anyway: stop feeding it)."""
+        assert self._pub is not None, "start() first"
+        ledger = self._ledger
+        await _publish_batch(
+            self._pub, self._router, ledger, self._cols, batch, self._opts.ack_policy
+        )
+        return ledger.error is None
+
+    async def settle(self) -> None:
+        """Wait for every publish of the task to be acked or to fail.
+
+        Also when the task fails: the shared Publisher must not carry this task's
+        publishes into the next task.
+        """
+        ledger = self._ledger
+        if ledger.pending:
+            await asyncio.wait([f for _, f in ledger.pending])
+        ledger.drain()
+        if isinstance(ledger.error, NotConnectedError) and self._pub is not None:
+            # The next task (Spark's retry) starts on a new connection.
+            await _connections.discard(self._pub)
+
+    async def finish(self) -> TaskResult:
+        """Settle, then the task's result; raises unless every row was acked."""
+        await self.settle()
+        ledger, target = self._ledger, self._target
+        if ledger.error is not None:
+            where = target.stream or target.subject
+            raise PublishError(
+                f"liftbridge sink task {self._task}: {ledger.failed} of {ledger.rows} row(s) "
+                f"published to {where!r} were not acked ({type(ledger.error).__name__}: "
+                f"{ledger.error}); Spark retries the task, which publishes its rows again "
+                "(at-least-once).",
+                subject=target.subject,
+            ) from ledger.error
+        took = time.monotonic() - self._started
+        return TaskResult(ledger.rows, ledger.acked, ledger.offsets(), took)
+
+
+def publish_rows(
     opts: WriteOptions, target: Target, cols: WriteColumns, batches: Iterable[Any], task: int
 ) -> TaskResult:
-    """Publish every row of ``batches`` (Arrow record batches) and wait for the acks.
+    """Publish every row of ``batches`` (Arrow record batches) and wait for the acks,
+    on the process's background loop with its cached Publisher.
 
     Raises :class:`~liftbridge_nats.PublishError` (so Spark retries the task)
     unless every row was acked without error.
     """
-    started = time.monotonic()
-    ledger = _Ledger()
-    router = _Router(target)
-    nc = await _io.connect_nats(opts.nats_servers, opts.timeout, opts.nats_auth)
+    sink = SinkTask(opts, target, cols, task)
+    _portal.call(sink.start)
     try:
-        async with Publisher(
-            nc, ack_timeout=opts.ack_timeout, max_inflight=opts.max_inflight
-        ) as pub:
-            for batch in batches:
-                await _publish_batch(pub, router, ledger, cols, batch, opts.ack_policy)
-                if ledger.error is not None:
-                    break  # fail fast: the task is lost anyway
-            if ledger.pending:
-                await asyncio.wait([f for _, f in ledger.pending])
-            ledger.drain()
-    finally:
-        await nc.close()
-    if ledger.error is not None:
-        where = target.stream or target.subject
-        raise PublishError(
-            f"liftbridge sink task {task}: {ledger.failed} of {ledger.rows} row(s) published to "
-            f"{where!r} were not acked ({type(ledger.error).__name__}: {ledger.error}); Spark "
-            "retries the task, which publishes its rows again (at-least-once).",
-            subject=target.subject,
-        ) from ledger.error
-    return TaskResult(ledger.rows, ledger.acked, ledger.offsets(), time.monotonic() - started)
+        for batch in batches:
+            if not _portal.call(sink.publish, batch):
+                break
+    except BaseException:
+        _portal.call(sink.settle)
+        raise
+    return _portal.call(sink.finish)

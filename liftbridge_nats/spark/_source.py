@@ -13,10 +13,10 @@ from pyspark.sql.types import StructType
 
 from liftbridge_nats import InvalidArgumentError
 
+from ._micro_batch_reader import LiftbridgeStreamReader
 from ._options import parse_read_options, parse_write_options
 from ._reader import LiftbridgeReader
 from ._schema import check_read_schema, read_schema
-from ._stream_reader import LiftbridgeStreamReader
 from ._values import Options, flag
 from ._writer import LiftbridgeStreamWriter, LiftbridgeWriter
 

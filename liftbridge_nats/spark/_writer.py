@@ -5,11 +5,12 @@ A task succeeds only when every row it published was acked without error (under 
 the rows it had already published are published again: the sink is at-least-once.
 Each task's commit message carries its row count and the offsets acked per
 partition; the driver logs a summary of them when the job (or micro-batch) commits.
+Tasks and the driver-side checks run on the process's background loop with its cached
+connections (:mod:`._connections`): a Python worker connects once, not once per task.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 from collections.abc import Iterable, Iterator
@@ -26,7 +27,7 @@ from pyspark.sql.types import StructType
 from liftbridge_nats import AckPolicy
 from liftbridge_nats._log import get_logger
 
-from . import _io
+from . import _connections, _io
 from ._lookup import sink_target
 from ._options import WriteOptions
 from ._schema import check_write_schema
@@ -96,7 +97,9 @@ def resolve_target(opts: WriteOptions) -> Target:
     Runs on the driver, so a wrong ``nats_url``, ``brokers`` or ``stream`` fails the
     write before any task starts.
     """
-    _io.run(_io.probe_nats(opts.nats_servers, opts.timeout, opts.nats_auth))
+    # The probe's connection stays open for the next micro-batch's check: it does not
+    # retry, so a NATS that went away fails here rather than waiting out reconnects.
+    _io.run(_connections.nats(opts.nats_servers, opts.timeout, opts.nats_auth, reconnect=False))
     if opts.stream is None:
         assert opts.subject is not None
         return Target(subject=opts.subject, stream=None, partitions=None)
@@ -118,7 +121,7 @@ class _WriterBase:
 
     def _write(self, iterator: Iterator[Any]) -> LiftbridgeCommitMessage:
         task = _task_id()
-        done = asyncio.run(publish_rows(self._opts, self._target, self._cols, iterator, task))
+        done = publish_rows(self._opts, self._target, self._cols, iterator, task)
         return LiftbridgeCommitMessage(task, done.rows, done.acked, done.offsets, done.seconds)
 
 

@@ -16,6 +16,7 @@ ends before where the query got to (deleted and created again), is data loss.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -30,8 +31,9 @@ from pyspark.sql.types import StructType
 
 from liftbridge_nats import InvalidArgumentError
 from liftbridge_nats._log import get_logger
+from liftbridge_nats.sync._portal import PortalClosedError
 
-from . import _io
+from . import _connections, _io
 from ._dataloss import data_loss
 from ._lookup import Lookups, lookups
 from ._options import ReadOptions
@@ -187,7 +189,10 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         """Nothing to do: the offsets live in Spark's checkpoint, not in Liftbridge."""
 
     def stop(self) -> None:
-        """Nothing to free: every call opens and closes its own connections."""
+        """Close the client the driver-side calls shared (the query has stopped)."""
+        opts = self._opts
+        with contextlib.suppress(PortalClosedError):
+            _io.run(_connections.close_client(opts.brokers, opts.timeout, opts.tls))
 
     # ------------------------------------------------------------------ executor side
 
