@@ -89,6 +89,19 @@ clean:
 image: servers
 	$(PY) -m liftbridge_nats.testing image
 
+# The client-only integration tests (the blocking API, the soak's smoke run) test no
+# server behaviour; they run once, in `make test`.
 test-containers: servers
 	LIFTBRIDGE_NATS_BACKEND=containers $(PY) -m pytest -q -W error -rs \
+		--ignore=tests/integration/test_sync_api.py --ignore=tests/integration/test_sync_docs.py \
+		--ignore=tests/integration/test_soak_smoke.py \
 		tests/containers tests/integration tests/faults
+
+# A seeded, randomized fault schedule on a 3-node ContainerCluster while publishers and a
+# consumer group work (bench/chaos); the checker reads the whole history. Output in
+# build/chaos/seed-N; the figures in bench/CHAOS.md.
+CHAOS_DURATION ?= 150
+CHAOS_SEED ?=
+.PHONY: chaos
+chaos: servers
+	CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SEED=$(CHAOS_SEED) $(PY) -m bench.chaos

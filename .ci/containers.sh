@@ -4,7 +4,8 @@
 #    docker.io, docker-compose and busybox-static when missing, starts dockerd);
 # 2. `make test-containers`: the local server image (built from the static binaries, no
 #    registry), tests/containers (ContainerCluster, its clean-up, the compose files
-#    smoke-tested with docker-compose) and the integration and fault suites on containers;
+#    smoke-tested with docker-compose) and the integration and fault suites on containers,
+#    then a short seeded randomized fault run (`make chaos`) whose checker must pass;
 # 3. whatever happened (failure, Ctrl-C): check that no container, network or volume of
 #    the run is left (removing any), and stop the engine if step 1 started it.
 set -euo pipefail
@@ -42,3 +43,5 @@ trap 'exit 130' INT TERM
 
 .ci/docker-engine.sh start
 make test-containers
+# A short seeded randomized fault run (bench/chaos, about 2 minutes); its checker must pass.
+CHAOS_DURATION=90 CHAOS_SEED=11 make chaos

@@ -35,6 +35,10 @@ by a helper container that joins that namespace. Liftbridge nodes talk to each o
 only through NATS, so a partition between two nodes cuts the route between their NATS
 servers, which ``nats_per_node=True`` provides.
 
+Disk faults: ``data_tmpfs`` puts a node's data directory on a size-limited tmpfs that a
+small holder container keeps mounted across the node's restarts; ``fill_disk`` fills it
+(ENOSPC) and ``free_disk`` heals.
+
 Every server is a testcontainers :class:`~testcontainers.core.container.DockerContainer`
 (created and started by testcontainers, which labels it as its own); the network comes
 from testcontainers' client. What testcontainers has no API for (fixed addresses on the
@@ -46,7 +50,7 @@ anywhere else.
 
 Clean-up: stop, a failed or cancelled start, Ctrl-C and interpreter exit remove every
 container (testcontainers' ``stop``, with its volumes), then whatever else carries the
-cluster's label, network included (``_docker``). testcontainers' reaper (Ryuk) is
+cluster's label, network and data volumes included (``_docker``). testcontainers' reaper (Ryuk) is
 turned off unless the user turned it on: it needs an image pulled from a registry.
 """
 
@@ -120,6 +124,24 @@ _HEAL_SCRIPT = (
 )
 # How long a disconnected node's published port may take to be released by docker-proxy.
 _PORT_RELEASE_WAIT = 5.0
+# The file that fill_disk writes into a node's data directory. dd stops at ENOSPC (and
+# exits 1), which is the point: the script fails only when nothing could be written.
+_FILLER = "/data/.lbn-disk-filler"
+_FILL_SCRIPT = f"dd if=/dev/zero of={_FILLER} bs=64k 2>/dev/null; sync; test -s {_FILLER}"
+_FREE_SCRIPT = f"rm -f {_FILLER}"
+
+
+def _tmpfs_sizes(data_tmpfs: str | Mapping[int, str] | None, nodes: int) -> dict[int, str]:
+    """Node index -> size of its data tmpfs (``"64m"``), from the ``data_tmpfs`` argument."""
+    if data_tmpfs is None:
+        return {}
+    if isinstance(data_tmpfs, str):
+        return dict.fromkeys(range(nodes), data_tmpfs)
+    sizes = dict(data_tmpfs)
+    wrong = [i for i in sizes if not 0 <= i < nodes]
+    if wrong:
+        raise ValueError(f"data_tmpfs names nodes {wrong}: the cluster has nodes 0 to {nodes - 1}")
+    return sizes
 
 
 def _discard(container: DockerContainer) -> None:
@@ -160,7 +182,13 @@ class _Owned:
         except ServerStartError:
             return  # no engine: nothing of ours can be running on it
         try:
-            remove_labelled(engine.client, f"{CLUSTER_LABEL}={self.namespace}")
+            label = f"{CLUSTER_LABEL}={self.namespace}"
+            remove_labelled(engine.client, label)
+            # Data volumes (data_tmpfs), once the containers that used them are gone.
+            with contextlib.suppress(Exception):
+                for volume in engine.client.volumes.list(filters={"label": label}):
+                    with contextlib.suppress(Exception):
+                        volume.remove(force=True)
         finally:
             if engine is not self.engine:
                 engine.client.close()
@@ -198,12 +226,17 @@ class ContainerCluster:
     ``nats_per_node=True`` (bridge network only) runs one NATS server beside each node,
     the NATS servers clustered and node ``i`` connected to NATS server ``i`` alone: the
     shape a partition between two nodes needs (Liftbridge nodes talk to each other only
-    through NATS). ``liftbridge_config``, ``log_level`` and ``start_timeout`` mean what
+    through NATS). ``data_tmpfs`` (a size such as ``"256m"``, for every node, or a
+    mapping of node index to size) puts those nodes' data directories on a tmpfs of that
+    size, which survives the node's restarts as a disk would, for :meth:`fill_disk` /
+    :meth:`free_disk` (the tmpfs takes memory as it fills: keep it small).
+    ``liftbridge_config``, ``log_level`` and ``start_timeout`` mean what
     they mean for LocalCluster. Faults: :meth:`kill_node` (SIGKILL), :meth:`stop_node`
     (SIGTERM), :meth:`pause_node` / :meth:`resume_node` (the container is frozen),
     :meth:`restart_node`, :meth:`kill_nats`, :meth:`restart_nats`, and network faults
     (bridge network only): :meth:`isolate_node`, :meth:`isolate_nats`,
-    :meth:`partition`, each with its heal, and :meth:`heal_all`. Each server is a
+    :meth:`partition`, each with its heal, :meth:`fill_disk` / :meth:`free_disk`, and
+    :meth:`heal_all`. Each server is a
     testcontainers ``DockerContainer``; a Docker engine must answer where testcontainers
     looks (``DOCKER_HOST``, the Docker context, or the default socket). testcontainers'
     reaper is turned off for the process unless ``TESTCONTAINERS_RYUK_DISABLED`` (or
@@ -223,6 +256,7 @@ class ContainerCluster:
         nats_image: str | None = None,
         network: str = "bridge",
         nats_per_node: bool = False,
+        data_tmpfs: str | Mapping[int, str] | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError("a ContainerCluster needs at least one Liftbridge node")
@@ -232,6 +266,9 @@ class ContainerCluster:
             raise ValueError("nats_per_node=True needs network='bridge'")
         self.network = network
         self.nats_per_node = nats_per_node
+        self._data_tmpfs = _tmpfs_sizes(data_tmpfs, nodes)
+        # Nodes whose data directory a filler file holds full (fill_disk).
+        self._full_disks: set[int] = set()
         self._version = liftbridge_version
         self._overrides = dict(liftbridge_config or {})
         self.start_timeout = start_timeout
@@ -436,6 +473,7 @@ class ContainerCluster:
         self._isolated.clear()
         self._nats_cut.clear()
         self._partitions.clear()
+        self._full_disks.clear()
         self._started = False
         self._wanted = [False] * len(self._node_ids)
         self._nats_wanted = False
@@ -670,6 +708,8 @@ class ContainerCluster:
                 ).with_command(command)
         self._nats_wanted = True
         self._start_all(list(self._nats_servers))
+        for i in sorted(self._data_tmpfs):
+            self._hold_disk(i)
         for i, node_id in enumerate(self._node_ids):
             port = self._ports[i]
             flat = node_config(
@@ -693,9 +733,10 @@ class ContainerCluster:
                 network = self._namespace
             self._cursors_enabled = bool(flat.get("cursors.stream.partitions"))
             self._wanted[i] = True
-            self._create(node_id, self._image, ports=node_ports, network=network).with_env(
-                "LBN_CONFIG_YAML", render_yaml(flat)
-            )
+            container = self._create(node_id, self._image, ports=node_ports, network=network)
+            container.with_env("LBN_CONFIG_YAML", render_yaml(flat))
+            if i in self._data_tmpfs:
+                container.with_volume_mapping(self._data_volume(i), "/data", "rw")
         self._start_all(self._node_ids)
 
     # ------------------------------------------------------------------ faults
@@ -874,13 +915,16 @@ class ContainerCluster:
             self._partitions.discard(pair)
 
     async def heal_all(self) -> None:
-        """End every network fault in force (isolations, NATS cuts, partitions)."""
+        """End every network fault in force (isolations, NATS cuts, partitions), and
+        free the disks that :meth:`fill_disk` filled."""
         for i in sorted(self._isolated):
             await self.heal_node(i)
         for i in sorted(self._nats_cut):
             await self.heal_nats(i)
         for i, j in sorted(self._partitions):
             await self.heal_partition(i, j)
+        for i in sorted(self._full_disks):
+            await self.free_disk(i)
 
     @property
     def network_faults(self) -> list[str]:
@@ -1023,6 +1067,104 @@ class ContainerCluster:
                 f"again at {address}: {exc}"
             ) from exc
         del self._isolated[i]
+
+    # ------------------------------------------------------------------ disk faults
+    #
+    # A full disk needs a filesystem of a known, small size: the node's data directory on
+    # a tmpfs (``data_tmpfs``). A tmpfs mounted by the container itself is emptied each
+    # time the container stops, which would turn every kill or crash into a lost disk;
+    # so the tmpfs is a labelled volume (the local driver's tmpfs type), and a small
+    # holder container keeps it mounted for the cluster's life: the engine unmounts such
+    # a volume only when no container uses it. A filler file written through the holder
+    # takes every free byte, so the node's next log write fails with ENOSPC; removing it
+    # heals. Working through the holder, both work while the node is paused or down.
+
+    def _data_volume(self, i: int) -> str:
+        return self._name(f"{self._node_ids[i]}-data")
+
+    def _holder(self, i: int) -> str:
+        return f"{self._node_ids[i]}-disk"
+
+    def _hold_disk(self, i: int) -> None:
+        """Create node ``i``'s data volume and start the container that holds it."""
+        import docker.errors
+
+        client = self._client().client
+        self._owned.created = True
+        user = client.images.get(self._image).attrs["Config"].get("User") or ""
+        uid, _, gid = str(user).partition(":")
+        options = f"size={self._data_tmpfs[i]}"
+        if uid.isdigit():
+            # A tmpfs is root's, mode 755, unless told: the node's user must write it.
+            options += f",uid={uid},gid={gid if gid.isdigit() else uid}"
+        server = self._holder(i)
+        try:
+            client.volumes.create(
+                name=self._data_volume(i),
+                driver="local",
+                driver_opts={"type": "tmpfs", "device": "tmpfs", "o": options},
+                labels=labels(self._namespace),
+            )
+            container = self._create(
+                server,
+                self._local_image or ensure_image(self._client(), self._version),
+                entrypoint=["sh", "-c", "while :; do sleep 3600; done"],
+                network_mode="none",
+                user="0",
+            )
+            container.with_volume_mapping(self._data_volume(i), "/data", "rw")
+            container.start()
+        except docker.errors.DockerException as exc:
+            raise ServerStartError(
+                f"could not create the data tmpfs of {self.container_name(i)}: {exc}"
+            ) from exc
+
+    @property
+    def full_disks(self) -> list[int]:
+        """Nodes whose data directory :meth:`fill_disk` holds full, by index."""
+        return sorted(self._full_disks)
+
+    async def fill_disk(self, i: int) -> None:
+        """Fill node ``i``'s data directory: a filler file takes every free byte of its
+        tmpfs, so the node's log writes fail with ENOSPC until :meth:`free_disk`.
+
+        Needs ``ContainerCluster(data_tmpfs=...)`` for that node (filling the engine's
+        own disk would hurt everything on the machine); works whatever state the node
+        is in. Liftbridge v1.9.0 logs the failed appends, then exits (a panic on its
+        next high-watermark checkpoint, within 5 s). Nothing happens if the disk is
+        held full already.
+        """
+        self._require_started()
+        if self._check_node(i) not in self._data_tmpfs:
+            raise RuntimeError(
+                f"fill_disk({i}) needs ContainerCluster(..., data_tmpfs=SIZE) for node {i}: "
+                "its data directory must be a size-limited tmpfs"
+            )
+        if i not in self._full_disks:
+            await self._call(self._exec, i, _FILL_SCRIPT)
+            self._full_disks.add(i)
+
+    async def free_disk(self, i: int) -> None:
+        """Remove the filler file of :meth:`fill_disk` (nothing happens if there is none)."""
+        self._require_started()
+        if self._check_node(i) in self._full_disks:
+            await self._call(self._exec, i, _FREE_SCRIPT)
+            self._full_disks.discard(i)
+
+    def _exec(self, i: int, script: str) -> None:
+        """Run ``script`` (busybox sh, as root) in the holder of node ``i``'s data tmpfs."""
+        import docker.errors
+
+        container = self._container(self._holder(i)).get_wrapped_container()
+        try:
+            code, output = container.exec_run(["sh", "-c", script], user="0")
+        except docker.errors.DockerException as exc:
+            raise ServerStartError(
+                f"could not fill or free the data tmpfs of {self.container_name(i)}: {exc}"
+            ) from exc
+        if code != 0:
+            text = output.decode(errors="replace").strip() if isinstance(output, bytes) else ""
+            raise ServerStartError(f"{script!r} failed in {self.container_name(i)}: {text}")
 
     # ------------------------------------------------------------------ readiness
 

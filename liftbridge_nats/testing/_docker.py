@@ -111,8 +111,9 @@ def docker_client() -> DockerClient:
 
 
 def remove_labelled(client: Any, label: str) -> list[str]:
-    """Remove every container (with its anonymous volumes) and network carrying ``label``
-    (``"key"`` or ``"key=value"``); return their names. ``client`` is a docker-py client
+    """Remove every container (with its anonymous volumes), network and named volume (a
+    node's size-limited data directory) carrying ``label`` (``"key"`` or ``"key=value"``),
+    in that order; return their names. ``client`` is a docker-py client
     (``DockerClient.client``). Errors are ignored: what is already gone needs no removal."""
     import docker.errors
 
@@ -127,6 +128,11 @@ def remove_labelled(client: Any, label: str) -> list[str]:
             with contextlib.suppress(docker.errors.DockerException):
                 network.remove()
                 removed.append(network.name)
+    with contextlib.suppress(docker.errors.DockerException):
+        for volume in client.volumes.list(filters={"label": label}):
+            with contextlib.suppress(docker.errors.DockerException):
+                volume.remove(force=True)
+                removed.append(volume.name)
     return removed
 
 
@@ -155,6 +161,8 @@ def remove_orphans(client: Any) -> list[str]:
             owners.add(container.labels.get(OWNER_LABEL, ""))
         for network in client.networks.list(filters={"label": OWNER_LABEL}):
             owners.add(network.attrs.get("Labels", {}).get(OWNER_LABEL, ""))
+        for volume in client.volumes.list(filters={"label": OWNER_LABEL}):
+            owners.add((volume.attrs.get("Labels") or {}).get(OWNER_LABEL, ""))
     removed: list[str] = []
     for value in sorted(owners):
         if value and not _owner_alive(value):

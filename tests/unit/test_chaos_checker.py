@@ -1,0 +1,257 @@
+"""The chaos run's checker (bench.chaos.checker) on small hand-made histories: a clean
+history passes, and each rule fails on a history that breaks it. Also the schedule's
+rules, the truncation parser and the history file round trip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.chaos import checker, logs, report
+from bench.chaos.history import (
+    Fault,
+    History,
+    HistoryWriter,
+    Publish,
+    Read,
+    Stored,
+    Truncation,
+    load,
+)
+from bench.chaos.schedule import Settings, Step, allowed, in_force, make_schedule
+
+DEADLINE = 15.0
+
+
+def _acked(ident: str, offset: int, *, key: str = "k", start: float, end: float) -> Publish:
+    return Publish(ident, key, 0, start, end, offset=offset)
+
+
+def _clean() -> History:
+    """Three acked messages of one key, published one after the other, stored and read;
+    a fourth failed with maybe_stored and was stored anyway; a fifth failed for good."""
+    history = History(meta={"partitions": 1, "workload_start": 0.0})
+    history.publishes = [
+        _acked("a", 0, start=1.0, end=1.1),
+        _acked("b", 1, start=2.0, end=2.1),
+        _acked("c", 2, start=3.0, end=3.1),
+        Publish("d", "k", 0, 4.0, 14.0, error="AckTimeoutError", maybe_stored=True),
+        Publish("e", "k", 0, 5.0, 5.1, error="NoRespondersError"),
+    ]
+    history.stored = [Stored("a", 0, 0), Stored("b", 0, 1), Stored("c", 0, 2), Stored("d", 0, 3)]
+    history.reads = [Read(i, 0, n, "m0.1", 10.0) for n, i in enumerate("abcd")]
+    return history
+
+
+def _violations(history: History) -> dict[str, int]:
+    return checker.check(history, deadline=DEADLINE).violations
+
+
+def test_a_clean_history_passes_and_counts_maybe_stored_apart() -> None:
+    verdict = checker.check(_clean(), deadline=DEADLINE)
+    assert verdict.ok, verdict.examples
+    assert (verdict.published, verdict.acked, verdict.failed) == (5, 3, 2)
+    assert (verdict.maybe_stored, verdict.maybe_stored_and_stored) == (1, 1)
+    assert verdict.errors_by_type == {"AckTimeoutError": 1, "NoRespondersError": 1}
+
+
+def test_an_acked_message_missing_from_the_stream_fails() -> None:
+    history = _clean()
+    history.stored = [s for s in history.stored if s.id != "b"]
+    history.stored = [Stored(s.id, 0, n) for n, s in enumerate(history.stored)]
+    violations = _violations(history)
+    assert violations["acked_lost"] == 1
+    assert checker.check(history, deadline=DEADLINE).unexplained_losses[0].id == "b"
+
+
+def test_a_loss_a_server_truncation_explains_is_listed_not_failed() -> None:
+    history = _clean()
+    history.stored = [Stored("a", 0, 0)]
+    history.reads = [Read("a", 0, 0, "m0.1", 10.0)]
+    # n1 kept offset 0 and cut everything above: b (1) and c (2) are explained.
+    history.truncations = [Truncation("n1", 0, 1, "Truncating log ... to HW 0", t=5.0)]
+    verdict = checker.check(history, deadline=DEADLINE)
+    assert verdict.ok, verdict.examples
+    assert sorted(loss.id for loss in verdict.explained_losses) == ["b", "c"]
+    assert verdict.explained_losses[0].evidence == ("n1: Truncating log ... to HW 0",)
+
+
+def test_a_truncation_above_the_offset_elsewhere_or_earlier_explains_nothing() -> None:
+    history = _clean()
+    history.stored = [Stored("a", 0, 0), Stored("c", 0, 1)]
+    history.truncations = [
+        Truncation("n1", 0, 2, "kept 1", t=5.0),  # cut from offset 2 on: b (offset 1) stays
+        Truncation("n2", 1, 0, "another partition", t=5.0),
+        Truncation("n2", 0, 0, "before b was published", t=0.5),
+    ]
+    verdict = checker.check(history, deadline=DEADLINE)
+    assert [loss.id for loss in verdict.unexplained_losses] == ["b"]
+    assert verdict.violations["acked_lost"] == 1
+
+
+def test_an_acked_message_stored_twice_fails() -> None:
+    history = _clean()
+    history.stored.append(Stored("b", 0, 4))
+    violations = _violations(history)
+    assert violations["acked_duplicated"] == 1
+    assert checker.check(history, deadline=DEADLINE).duplicates == 1
+
+
+def test_an_acked_message_stored_at_another_offset_fails() -> None:
+    history = _clean()
+    history.stored = [Stored("a", 0, 0), Stored("c", 0, 1), Stored("b", 0, 2), Stored("d", 0, 3)]
+    violations = _violations(history)
+    assert violations["acked_moved"] == 2  # b and c swapped places
+
+
+def test_an_acked_message_the_group_never_read_fails() -> None:
+    history = _clean()
+    history.reads = [r for r in history.reads if r.id != "c"]
+    assert _violations(history) == {"acked_unread": 1}
+
+
+def test_a_gap_in_the_offsets_fails() -> None:
+    history = _clean()
+    history.stored[-1] = Stored("d", 0, 5)
+    assert _violations(history) == {"offset_gap": 1}
+
+
+def test_a_repeated_offset_fails() -> None:
+    history = _clean()
+    history.stored.append(Stored("", 0, 3))
+    assert _violations(history) == {"offset_gap": 1}
+
+
+def test_per_key_order_broken_fails() -> None:
+    history = _clean()
+    # b was acked before c was published, yet c is stored first.
+    history.publishes[1] = _acked("b", 2, start=2.0, end=2.1)
+    history.publishes[2] = _acked("c", 1, start=3.0, end=3.1)
+    history.stored = [Stored("a", 0, 0), Stored("c", 0, 1), Stored("b", 0, 2), Stored("d", 0, 3)]
+    assert _violations(history) == {"key_order": 1}
+
+
+def test_overlapping_publishes_of_one_key_may_be_stored_in_either_order() -> None:
+    history = _clean()
+    # c was published before b's ack came back: no order between them.
+    history.publishes[1] = _acked("b", 2, start=2.0, end=3.5)
+    history.publishes[2] = _acked("c", 1, start=3.0, end=3.1)
+    history.stored = [Stored("a", 0, 0), Stored("c", 0, 1), Stored("b", 0, 2), Stored("d", 0, 3)]
+    assert checker.check(history, deadline=DEADLINE).ok
+
+
+def test_order_between_different_keys_is_not_required() -> None:
+    history = _clean()
+    history.publishes[1] = _acked("b", 2, key="k1", start=2.0, end=2.1)
+    history.publishes[2] = _acked("c", 1, key="k2", start=3.0, end=3.1)
+    history.stored = [Stored("a", 0, 0), Stored("c", 0, 1), Stored("b", 0, 2), Stored("d", 0, 3)]
+    assert checker.check(history, deadline=DEADLINE).ok
+
+
+def test_a_publish_that_never_ended_or_ended_late_fails() -> None:
+    history = _clean()
+    history.publishes.append(Publish("f", "k", 0, 6.0, None))
+    history.publishes.append(Publish("g", "k", 0, 6.0, 6.0 + DEADLINE + 1, error="AckTimeoutError"))
+    verdict = checker.check(history, deadline=DEADLINE)
+    assert verdict.violations == {"deadline": 2}
+    assert "never ended" in verdict.examples["deadline"][0]
+
+
+def test_an_error_outside_the_liftbridge_family_fails() -> None:
+    history = _clean()
+    history.publishes.append(Publish("f", "k", 0, 6.0, 6.1, error="KeyError", typed=False))
+    assert _violations(history) == {"untyped_error": 1}
+
+
+def test_a_message_stored_after_an_error_that_said_not_stored_fails() -> None:
+    history = _clean()
+    history.stored.append(Stored("e", 0, 4))
+    assert _violations(history) == {"stored_after_not_stored": 1}
+
+
+def test_a_run_where_nothing_was_acked_fails() -> None:
+    history = _clean()
+    history.publishes = [
+        Publish(p.id, p.key, 0, p.start, p.end, error="PublisherClosedError")
+        for p in history.publishes
+    ]
+    history.stored = []
+    assert _violations(history) == {"nothing_acked": 1}
+
+
+def test_the_truncation_lines_of_liftbridge_are_parsed() -> None:
+    text = (
+        'time="2026-11-28 00:10:34" level=debug msg="Truncating log for partition '
+        '[subject=chaos, stream=chaos, partition=2] to HW 41"\n'
+        'time="2026-11-28 00:10:35" level=debug msg="Truncating log for partition '
+        '[subject=chaos, stream=chaos, partition=0] to 7"\n'
+        'time="2026-11-28 00:10:35" level=debug msg="Truncating log for partition '
+        '[subject=x, stream=other, partition=0] to 3"\n'
+    )
+    found = logs.truncations("n1", text, "chaos")
+    assert [(t.partition, t.to) for t in found] == [(2, 42), (0, 8)]
+    assert found[1].t - found[0].t == 1.0 and found[0].t > 1.7e9
+    assert found[0].node == "n1" and "to HW 41" in found[0].line
+
+
+def test_the_history_file_round_trips(tmp_path: Path) -> None:
+    path = tmp_path / "history.jsonl"
+    writer = HistoryWriter(path)
+    writer.meta(seed=1, deadline=DEADLINE)
+    original = _clean()
+    events: list[Publish | Read | Stored] = [*original.publishes, *original.reads, *original.stored]
+    for event in events:
+        writer.record(event)
+    writer.record(Fault("kill", "n1", "start", 1.0, (0, 2)))
+    writer.close()
+    with path.open("a") as file:
+        file.write('{"ev": "read", "id"')  # an interrupted run's half line
+    again = load(path)
+    assert again.meta == {"seed": 1, "deadline": DEADLINE}
+    assert again.publishes == original.publishes
+    assert again.reads == original.reads
+    assert again.faults == [Fault("kill", "n1", "start", 1.0, (0, 2))]
+
+
+def test_the_report_finds_the_longest_gap_and_the_recoveries() -> None:
+    history = _clean()
+    history.faults = [
+        Fault("pause", "n0", "start", 1.5, (0,)),
+        Fault("pause", "n0", "heal", 2.5, (0,)),
+    ]
+    figures = report.summary(history, checker.check(history, deadline=DEADLINE))
+    # From c's ack (3.1) to the last publish (5.0, never acked).
+    assert figures["longest_unavailability"] == {"seconds": 1.9, "from": 3.1}
+    (row,) = figures["recoveries"]
+    assert row["to_ack"] == pytest.approx(0.6) and row["to_read"] == pytest.approx(7.5)
+    assert "PASS" in report.markdown(figures)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_every_schedule_keeps_its_rules(seed: int) -> None:
+    settings = Settings()
+    steps = make_schedule(seed, 600, settings)
+    assert steps == make_schedule(seed, 600, settings)  # the seed decides everything
+    assert all(s.end <= 600 - settings.quiet_tail for s in steps)
+    assert {s.kind for s in steps} >= {"kill", "partition", "full_disk", "churn"}
+    # The faults in force change only when one starts: checking there checks everything.
+    for step in steps:
+        assert allowed(in_force(steps, step.at), settings), step
+
+
+def test_the_schedule_rules_refuse_a_lost_majority() -> None:
+    settings = Settings(disk_node=2)
+
+    def step(kind: str, *nodes: int) -> Step:
+        return Step(0.0, kind, nodes, 5.0)
+
+    assert allowed([step("pause", 0), step("partition", 0, 1)], settings)
+    assert not allowed([step("pause", 0), step("partition", 1, 2)], settings)
+    assert not allowed([step("pause", 0), step("isolate", 1)], settings)
+    assert not allowed([step("nats_restart"), step("partition", 0, 1)], settings)
+    assert not allowed([step("kill", 2)], settings)
+    assert not allowed([step("full_disk", 0)], settings)
+    assert not allowed(
+        [step("pause", 0), step("partition", 0, 1), step("partition", 0, 2)], settings
+    )
