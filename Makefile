@@ -105,3 +105,10 @@ CHAOS_SEED ?=
 .PHONY: chaos
 chaos: servers
 	CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SEED=$(CHAOS_SEED) $(PY) -m bench.chaos
+
+# A steady load for 30 minutes, watching the client for growth (memory, fds, tasks, pending
+# acks, readers' backlogs, latency): bench/SOAK.md. Shorter: make soak SOAK_ARGS="--duration 300"
+SOAK_ARGS ?=
+.PHONY: soak
+soak: servers
+	$(PY) -m bench.soak $(SOAK_ARGS)
