@@ -1,5 +1,5 @@
 """The public AckListener over the memory transport: decoding, junk, a full buffer and
-close, in milliseconds. tests/integration/test_ack_listener.py proves it on a server."""
+close, in milliseconds. tests/integration/test_ack_listener_server.py proves it on a server."""
 
 from __future__ import annotations
 
