@@ -111,10 +111,17 @@ _WORKER = textwrap.dedent(
 
     nats_url, monitor = sys.argv[1], sys.argv[2]
 
-    def ours():
+    def named():
         with urllib.request.urlopen(monitor + "/connz?limit=1024", timeout=5) as r:
             conns = json.load(r)["connections"] or []
         return sum(1 for c in conns if c.get("name") == "liftbridge-nats spark")
+
+    # The server is shared with the session's Spark workers, which keep theirs open:
+    # count this process's connections as the change from before it opened any.
+    before = named()
+
+    def ours():
+        return named() - before
 
     # Registered first, so it runs last: after the loop's own exit hook, while this
     # process and its sockets are still alive.
