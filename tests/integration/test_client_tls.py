@@ -86,7 +86,9 @@ async def connect_when_ready(address: str, tls: TLSConfig) -> Client:
     """A connected client once the node has a metadata leader (creating a stream works)."""
     deadline = time.monotonic() + 30
     while True:
-        client = Client([address], tls=tls, timeout=3)
+        # A generous per-call deadline: the test's own calls use this client, and a busy
+        # machine (three suites side by side in the release checks) slows stream creation.
+        client = Client([address], tls=tls, timeout=10)
         try:
             await client.connect()
             await client.create_stream("ready", "ready")
