@@ -89,12 +89,16 @@ clean:
 image: servers
 	$(PY) -m liftbridge_nats.testing image
 
-# The client-only integration tests (the blocking API, the soak's smoke run) test no
-# server behaviour; they run once, in `make test`.
+# Integration tests of the client alone (the blocking API, the soak's smoke run, the
+# examples, the docs' and README's snippets, the bare ack inbox) test no server behaviour:
+# they run once, in `make test`.
+CLIENT_ONLY := test_sync_api test_sync_docs test_soak_smoke test_examples_client \
+               test_examples_publisher test_docs test_docs_examples test_readme \
+               test_ack_listener_server
+
 test-containers: servers
 	LIFTBRIDGE_NATS_BACKEND=containers $(PY) -m pytest -q -W error -rs \
-		--ignore=tests/integration/test_sync_api.py --ignore=tests/integration/test_sync_docs.py \
-		--ignore=tests/integration/test_soak_smoke.py \
+		$(foreach t,$(CLIENT_ONLY),--ignore=tests/integration/$(t).py) \
 		tests/containers tests/integration tests/faults
 
 # A seeded, randomized fault schedule on a 3-node ContainerCluster while publishers and a
