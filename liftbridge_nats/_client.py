@@ -127,6 +127,8 @@ class Client:
         self._resubscribe_wait = resubscribe_wait
         self._async_publisher: AsyncPublisher | None = None
         self._consumers: weakref.WeakSet[Consumer[Any, Any]] = weakref.WeakSet()
+        # The Publisher's stream routes, reading this client's metadata cache.
+        self._routes = StreamRoutes(self, remember=False)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -688,5 +690,4 @@ class Client:
         """The partition a message goes to: ``partition`` (checked with the rest of the
         request), else the partitioner's choice, else 0, chosen by the same stream routes
         as the Publisher's (from the metadata cache: no routes of its own to keep)."""
-        routes = StreamRoutes(self, remember=False)
-        return await routes.partition(stream, key, value, partition, partitioner)
+        return await self._routes.partition(stream, key, value, partition, partitioner)
