@@ -58,11 +58,14 @@ __all__ = [
     "AckFuture",
     "Flight",
     "InflightLedger",
+    "Outcome",
     "PublishCall",
     "QueuedPublish",
+    "RelayFuture",
     "RoomWaiter",
     "future_factory",
     "next_attempt",
+    "relay_factory",
 ]
 
 
@@ -184,6 +187,74 @@ class PublishCall(AckFuture, Coroutine[Any, Any, Ack | None]):
             return self._steps
 
 
+class Outcome(Protocol):
+    """Where a :class:`RelayFuture` hands its outcome: a thread's future or waiter."""
+
+    def set_result(self, result: Ack | None, /) -> None:
+        """The publish was acked (None for ``AckPolicy.NONE``)."""
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        """The publish failed."""
+
+
+class RelayFuture(AckFuture):
+    """An ack future that hands its outcome on the moment it is settled: to its
+    ``outcome`` (set right after it is made), then ``on_settled`` (a class attribute,
+    see :func:`relay_factory`) runs.
+
+    The blocking publisher's thread-side futures are settled this way, straight from
+    the ack handler: a done-callback would cost each message a handle, a partial and a
+    turn of the loop. Nobody awaits the asyncio future itself, so its exception is read
+    here (asyncio logs one never read).
+    """
+
+    __slots__ = ("outcome",)
+
+    outcome: Outcome | None
+    on_settled: Callable[[], None] = staticmethod(lambda: None)
+
+    def set_result(self, result: Ack | None, /) -> None:
+        """Acked: the outcome gets ``result``."""
+        super().set_result(result)
+        outcome = self.outcome
+        if outcome is not None:
+            self.outcome = None
+            self.on_settled()
+            with contextlib.suppress(Exception):  # the thread's future was cancelled
+                outcome.set_result(result)
+
+    def set_exception(self, exception: type | BaseException, /) -> None:
+        """Failed: the outcome gets the error."""
+        super().set_exception(exception)
+        self._relay_failure()
+
+    def refuse(self, exception: BaseException, /) -> None:
+        """Refused (see :meth:`AckFuture.refuse`): the outcome gets the error."""
+        super().refuse(exception)
+        self._relay_failure()
+
+    def cancel(self, msg: Any = None) -> bool:
+        """Cancelled (the publisher closing): the outcome gets a closed-publisher error."""
+        if not super().cancel(msg):
+            return False
+        self._relay_failure()
+        return True
+
+    def _relay_failure(self) -> None:
+        outcome = self.outcome
+        if outcome is None or not self.done():
+            return
+        self.outcome = None
+        self.on_settled()
+        error = (
+            PublisherClosedError("the publish was cancelled before its ack")
+            if self.cancelled()
+            else self.exception()
+        )
+        with contextlib.suppress(Exception):  # the thread's future was cancelled
+            outcome.set_exception(error or PublisherClosedError("the publish ended unsettled"))
+
+
 def future_factory(
     loop: asyncio.AbstractEventLoop,
     forget: Callable[[str, AckFuture], None],
@@ -197,6 +268,33 @@ def future_factory(
     base = PublishCall if call else AckFuture
     cls = type(base.__name__, (base,), {"__slots__": (), "forget": forget, "failed": failed})
     return functools.partial(cls, loop=loop)
+
+
+def relay_factory(
+    loop: asyncio.AbstractEventLoop,
+    forget: Callable[[str, AckFuture], None],
+    on_settled: Callable[[], None],
+    failed: dict[str, int] | None = None,
+) -> Callable[[Outcome], RelayFuture]:
+    """A maker of :class:`RelayFuture` on ``loop`` that hand their outcome to the
+    ``Outcome`` given, then call ``on_settled``; otherwise as :func:`future_factory`."""
+    cls: type[RelayFuture] = type(
+        "RelayFuture",
+        (RelayFuture,),
+        {
+            "__slots__": (),
+            "forget": forget,
+            "failed": failed,
+            "on_settled": staticmethod(on_settled),
+        },
+    )
+
+    def make(outcome: Outcome) -> RelayFuture:
+        future = cls(loop=loop)
+        future.outcome = outcome
+        return future
+
+    return make
 
 
 class RoomWaiter(Protocol):

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any, Generic
 import nats
 
 from .._errors import InvalidArgumentError, PublisherClosedError, UnsentTimeoutError
+from .._inflight import relay_factory
 from .._messages import Ack, AckPolicy, K, V
+from .._pipeline import Pipeline
 from .._publisher import (
     DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_MAX_INFLIGHT,
@@ -127,7 +129,7 @@ class Publisher(Generic[V, K]):
         self._budget = float(retry_deadline or 3 * ack_timeout) if retry else float(ack_timeout)
         room = max_queued if max_queued is not None else max_inflight
 
-        async def open_() -> tuple[Any, AsyncPublisher[V, K], Handoff[_Item]]:
+        async def open_() -> tuple[Any, AsyncPublisher[V, K], Handoff[_Item], Pipeline]:
             if isinstance(servers, PublishTransport):
                 nc: Any = servers
             else:
@@ -157,9 +159,15 @@ class Publisher(Generic[V, K]):
                     await nc.close()
                 raise
             handoff = Handoff(self._loop, room, self._hand, _fail, self._closed_error)
-            return nc, pub, handoff
+            pipeline = pub._pipeline  # the hot path, shared with the async face
+            self._relay = relay_factory(
+                self._loop, pipeline.ledger.discard, handoff.settled, pipeline.failed
+            )
+            return nc, pub, handoff, pipeline
 
-        self._nc, self._aio, self._handoff = wait(submit(open_, portal=self._portal))
+        self._nc, self._aio, self._handoff, self._pipeline = wait(
+            submit(open_, portal=self._portal)
+        )
         self._unregister = on_close(self._close_at_exit, self._portal)
 
     # ------------------------------------------------------------------ lifecycle
@@ -448,20 +456,21 @@ class Publisher(Generic[V, K]):
                 self._handoff.settled()
                 return
         if kind == _SUBJECT:
-            # Not awaited: in the common case publish() sends now and returns the ack's
-            # future itself, with no coroutine or task per message.
-            ack: Any = self._aio.publish(
-                target,
-                value,
-                key=key,
-                headers=headers,
-                ack_policy=policy,
-                correlation_id=cid,
-                expected_offset=offset,
-                timeout=timeout,
-            )
-            if not isinstance(ack, asyncio.Future):
-                ack = asyncio.ensure_future(ack)
+            # The async publish() body, with an ack future that settles the caller's
+            # straight from the ack handler (see RelayFuture): no done-callback, so no
+            # extra turn of the loop per message.
+            args = (target, value, key, headers, policy, cid, offset, timeout, False)
+            pipeline = self._pipeline
+            try:
+                if pipeline.serializing:
+                    args = pipeline.serialized(args)
+                if pipeline.submit_now(args, functools.partial(self._relay, future)) is not None:
+                    return
+                ack: Any = asyncio.ensure_future(pipeline.call_waiting(args))
+            except Exception as exc:
+                _fail(item, exc)
+                self._handoff.settled()
+                return
         else:
             assert extra is not None
             ack = asyncio.ensure_future(

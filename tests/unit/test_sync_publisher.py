@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import inspect
 import threading
 import time
@@ -15,12 +16,20 @@ from typing import Any
 import pytest
 
 import liftbridge_nats
-from liftbridge_nats import Ack, PublisherClosedError, UnsentTimeoutError
+from liftbridge_nats import (
+    Ack,
+    AckError,
+    AckTimeoutError,
+    IncorrectOffsetError,
+    NoRespondersError,
+    PublisherClosedError,
+    UnsentTimeoutError,
+)
 from liftbridge_nats._memtransport import MemoryTransport as SilentTransport
 from liftbridge_nats.sync import Client, Consumer, EventLoopRunningError, Publisher
 from liftbridge_nats.sync._handoff import Handoff
 from liftbridge_nats.sync._portal import call, portal_loop
-from liftbridge_nats.testing import MemoryTransport
+from liftbridge_nats.testing import Failure, MemoryTransport
 
 
 def quiet(**options: Any) -> dict[str, Any]:
@@ -122,6 +131,33 @@ async def _ack(transport: SilentTransport, first: int, end: int) -> None:
         await asyncio.sleep(0.005)
     for sent in transport.delivered[first:end]:
         transport.ack(sent)
+
+
+def test_failures_reach_the_thread_and_free_their_room(caplog: pytest.LogCaptureFixture) -> None:
+    transport = MemoryTransport()
+    transport.fail(Failure.NO_RESPONDERS, times=2)
+    transport.fail(AckError.INCORRECT_OFFSET, times=2)
+    transport.fail(Failure.NO_ACK, times=2)
+    # Room for two: a failure that did not give its room back would block the rest.
+    with Publisher(transport, max_queued=2, **quiet(ack_timeout=0.2)) as pub:
+        with pytest.raises(NoRespondersError):
+            pub.publish("s", b"nobody")
+        with pytest.raises(NoRespondersError):
+            pub.publish_async("s", b"nobody").result(2)
+        with pytest.raises(IncorrectOffsetError):
+            pub.publish("s", b"wrong offset", expected_offset=7)
+        with pytest.raises(IncorrectOffsetError):
+            pub.publish_async("s", b"wrong offset", expected_offset=7).result(2)
+        lost = [pub.publish_async("s", b"lost"), pub.publish_async("s", b"lost")]
+        for future in lost:
+            with pytest.raises(AckTimeoutError):
+                future.result(2)
+        assert pub.publish("s", b"fine") is not None
+        assert pub.pending == 0
+    gc.collect()
+    # Each failure was read where it went, the thread's future: none left for asyncio
+    # to report as never retrieved.
+    assert "never retrieved" not in caplog.text
 
 
 def test_close_fails_later_publishes_and_settles_what_waited() -> None:
