@@ -416,9 +416,12 @@ class Publisher(Generic[V, K]):
         if self._closed:
             raise self._closed_error()
         timeout = item[10]
-        budget = self._budget if timeout is None else timeout
-        if isinstance(budget, bool) or not isinstance(budget, int | float) or not budget > 0:
+        if timeout is None:
+            budget = self._budget  # checked by the async publisher at construction
+        elif isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
             raise InvalidArgumentError(f"timeout must be > 0 seconds, got {timeout!r}")
+        else:
+            budget = timeout
         if not self._handoff.put(item, budget):
             if self._handoff.closed:
                 raise self._closed_error()

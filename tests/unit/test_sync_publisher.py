@@ -21,6 +21,7 @@ from liftbridge_nats import (
     AckError,
     AckTimeoutError,
     IncorrectOffsetError,
+    InvalidArgumentError,
     NoRespondersError,
     PublisherClosedError,
     UnsentTimeoutError,
@@ -158,6 +159,17 @@ def test_failures_reach_the_thread_and_free_their_room(caplog: pytest.LogCapture
     # Each failure was read where it went, the thread's future: none left for asyncio
     # to report as never retrieved.
     assert "never retrieved" not in caplog.text
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, True, "1"])
+def test_a_bad_timeout_is_refused_at_the_call(timeout: Any) -> None:
+    with Publisher(MemoryTransport(), **quiet()) as pub:
+        with pytest.raises(InvalidArgumentError, match="timeout must be > 0"):
+            pub.publish_async("s", b"x", timeout=timeout)
+        with pytest.raises(InvalidArgumentError, match="timeout must be > 0"):
+            pub.publish("s", b"x", timeout=timeout)
+        assert pub.publish("s", b"fine", timeout=1) is not None
+        assert pub.pending == 0
 
 
 def test_close_fails_later_publishes_and_settles_what_waited() -> None:
