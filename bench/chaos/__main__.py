@@ -72,15 +72,16 @@ def main(argv: list[str] | None = None) -> int:
         history = load(args.check)
         # Node logs kept beside the history: parse them again (a newer parser).
         node_logs = sorted(args.check.parent.glob("node-*.log"))
+        stream = "chaos"
         if node_logs:
-            stream = "chaos"
             history.truncations = [
                 t
                 for path in node_logs
                 for t in logs.truncations(path.stem.removeprefix("node-"), path.read_text(), stream)
             ]
         deadline = float(history.meta.get("deadline", args.deadline))
-        verdict = checker.check(history, deadline=deadline)
+        roles = logs.role_changes_in(args.check.parent, stream)
+        verdict = checker.check(history, deadline=deadline, roles=roles)
         figures = report.summary(history, verdict)
         out = args.check.parent
         (out / "summary.json").write_text(json.dumps(figures, indent=2, default=str) + "\n")

@@ -23,15 +23,25 @@ node logged truncating that partition's log at or below the acked offset, after 
 message was published (Liftbridge
 truncates an uncommitted tail on a leader change, and falls back to its high watermark
 when it cannot reach the old leader); such losses are listed with those log lines.
+
+Likewise an acked message stored twice is not a failure when the nodes' role changes
+(:func:`~bench.chaos.logs.role_changes`, given to :func:`check`) show Liftbridge's
+known divergence: a node led the partition (epoch A) while another already led it
+(epoch B > A), both subscribed to the partition's NATS subject, so both appended the one
+publish; the late node then followed B and truncated to an offset at or above its own copy
+(B answered its request for epoch A's end with the start of its own next epoch, which
+lay past the late node's log), so it kept its copy and fetched B's entries after it.
+Each such duplicate is listed with those four lines; any other fails the run.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .history import History, Publish, Stored, Truncation
+from .logs import RoleChange
 
 RULES = (
     "acked_lost",
@@ -60,6 +70,17 @@ class Loss:
     evidence: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Duplicate:
+    """An acked message stored at more than one offset, and the log lines that explain
+    it (none when nothing does)."""
+
+    id: str
+    partition: int
+    offsets: tuple[int, ...]
+    evidence: tuple[str, ...] = ()
+
+
 @dataclass
 class Verdict:
     """The outcome of :func:`check`: broken rules with counts and examples, and the
@@ -74,6 +95,7 @@ class Verdict:
     maybe_stored_and_stored: int = 0
     explained_losses: list[Loss] = field(default_factory=list)
     unexplained_losses: list[Loss] = field(default_factory=list)
+    explained_duplicates: list[Duplicate] = field(default_factory=list)
     duplicates: int = 0
     stored: int = 0
     errors_by_type: dict[str, int] = field(default_factory=dict)
@@ -90,9 +112,11 @@ class Verdict:
             shown.append(example)
 
 
-def check(history: History, *, deadline: float) -> Verdict:
+def check(history: History, *, deadline: float, roles: Sequence[RoleChange] = ()) -> Verdict:
     """Judge ``history`` (see the module documentation); ``deadline`` is the longest a
-    publish may take to end, in seconds (the ack timeout plus a margin)."""
+    publish may take to end, in seconds (the ack timeout plus a margin); ``roles`` the
+    nodes' role changes, in each node's log order (without them no duplicate is
+    explained)."""
     verdict = Verdict(published=len(history.publishes))
     where = _stored_at(history.stored)
     verdict.stored = len(history.stored)
@@ -116,7 +140,11 @@ def check(history: History, *, deadline: float) -> Verdict:
                 verdict._fail("acked_lost", f"{publish.id} acked at {_at(publish)}, not stored")
             continue
         if len(places) > 1:
-            verdict._fail("acked_duplicated", f"{publish.id} stored at {places}")
+            duplicate = _duplicate(publish, places, roles)
+            if duplicate.evidence:
+                verdict.explained_duplicates.append(duplicate)
+            else:
+                verdict._fail("acked_duplicated", f"{publish.id} stored at {places}")
         elif places[0] != (publish.partition, publish.offset):
             verdict._fail(
                 "acked_moved", f"{publish.id} acked at {_at(publish)}, stored at {places[0]}"
@@ -178,6 +206,55 @@ def _loss(publish: Publish, truncations: Iterable[Truncation]) -> Loss:
         if t.partition == publish.partition and t.to <= offset and t.t >= publish.start - 1.0
     )
     return Loss(publish.id, publish.partition, offset, evidence)
+
+
+def _duplicate(
+    publish: Publish, places: list[tuple[int, int]], roles: Sequence[RoleChange]
+) -> Duplicate:
+    """The duplicate of an acked message, with the role changes that explain it (see
+    the module documentation). Only the known shape is explained: two copies in the
+    publish's partition, the ack naming the higher one; node A's log shows ``leader
+    (epoch a)``, then ``follower (epoch b > a)``, then an epoch truncation keeping an
+    offset at or above the lower copy and below the higher one; another node logged
+    ``leader (epoch b)`` no later than A's follower line; and the publish began while
+    both led (log lines carry whole seconds: one second of slack)."""
+    offsets = tuple(sorted(offset for _, offset in places))
+    duplicate = Duplicate(publish.id, publish.partition, offsets)
+    if (
+        len(places) != 2
+        or any(partition != publish.partition for partition, _ in places)
+        or publish.offset != offsets[1]
+    ):
+        return duplicate
+    low, high = offsets
+    start = publish.start
+    mine = [c for c in roles if c.partition == publish.partition]
+    by_node: dict[str, list[RoleChange]] = defaultdict(list)
+    for change in mine:
+        by_node[change.node].append(change)
+    for node, changes in by_node.items():
+        for led, followed, cut in zip(changes, changes[1:], changes[2:], strict=False):
+            if not (
+                led.kind == "leader"
+                and followed.kind == "follower"
+                and cut.kind == "truncated"
+                and not cut.hw
+                and followed.value > led.value
+                and low <= cut.value < high
+                and led.t - 1.0 <= start <= followed.t + 1.0
+            ):
+                continue
+            for other in mine:
+                if (
+                    other.node != node
+                    and other.kind == "leader"
+                    and other.value == followed.value
+                    and other.t <= followed.t
+                    and other.t - 1.0 <= start
+                ):
+                    evidence = tuple(f"{c.node}: {c.line}" for c in (led, other, followed, cut))
+                    return Duplicate(publish.id, publish.partition, offsets, evidence)
+    return duplicate
 
 
 def _check_offsets(verdict: Verdict, stored: Iterable[Stored]) -> None:

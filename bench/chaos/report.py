@@ -6,6 +6,8 @@ JSON (for tools) and as markdown (for people).
   many the final read found), duplicates;
 - acked messages lost: those a server truncation explains (each with its log lines)
   and any other (which fails the run);
+- acked messages stored twice that two leaders at once explain (each with its log
+  lines; any other fails the run);
 - the longest unavailability: the longest time with no publish acked, between the
   first publish and the last;
 - the recovery after each heal: heal to the first ack, and to the first read by the
@@ -108,6 +110,15 @@ def summary(history: History, verdict: Verdict) -> dict[str, Any]:
             {"id": x.id, "partition": x.partition, "offset": x.offset, "evidence": list(x.evidence)}
             for x in verdict.explained_losses
         ],
+        "acked_duplicated_explained": [
+            {
+                "id": x.id,
+                "partition": x.partition,
+                "offsets": list(x.offsets),
+                "evidence": list(x.evidence),
+            }
+            for x in verdict.explained_duplicates
+        ],
         "acked_lost_unexplained": [
             {"id": x.id, "partition": x.partition, "offset": x.offset}
             for x in verdict.unexplained_losses
@@ -151,6 +162,8 @@ def markdown(figures: dict[str, Any]) -> str:
         f"{len(figures['acked_lost_explained'])} |",
         f"| acked lost, unexplained | {len(figures['acked_lost_unexplained'])} |",
         f"| duplicates in the stream | {figures['duplicates']} |",
+        f"| acked stored twice, explained by two leaders at once | "
+        f"{len(figures.get('acked_duplicated_explained', []))} |",
         f"| messages read by the group (with repeats) | {figures['reads']} |",
         f"| longest time without an ack | {figures['longest_unavailability']['seconds']} s "
         f"(from t+{figures['longest_unavailability']['from']} s) |",
@@ -179,6 +192,14 @@ def markdown(figures: dict[str, Any]) -> str:
                 f"- {loss['id']} (partition {loss['partition']}, offset {loss['offset']}): "
                 f"{loss['evidence'][0]}"
             )
+    if figures.get("acked_duplicated_explained"):
+        lines += ["", "## Acked messages stored twice that two leaders at once explain", ""]
+        for dup in figures["acked_duplicated_explained"]:
+            lines.append(
+                f"- {dup['id']} (partition {dup['partition']}, offsets "
+                f"{', '.join(map(str, dup['offsets']))}):"
+            )
+            lines += [f"  - {line}" for line in dup["evidence"]]
     lines += [
         "",
         "## Recovery after each heal",

@@ -355,7 +355,9 @@ def _keep_logs(cluster: ContainerCluster, out: Path, writer: HistoryWriter, stre
 
 def _judge(out: Path, options: Options) -> int:
     history = load_history(out / "history.jsonl")
-    verdict = checker.check(history, deadline=options.deadline)
+    # The nodes' leader and follower changes: evidence for duplicates two leaders made.
+    roles = logs.role_changes_in(out, "chaos")
+    verdict = checker.check(history, deadline=options.deadline, roles=roles)
     figures = report.summary(history, verdict)
     (out / "summary.json").write_text(json.dumps(figures, indent=2, default=str) + "\n")
     page = report.markdown(figures)

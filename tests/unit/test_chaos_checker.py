@@ -1,9 +1,10 @@
 """The chaos run's checker (bench.chaos.checker) on small hand-made histories: a clean
 history passes, and each rule fails on a history that breaks it. Also the schedule's
-rules, the truncation parser and the history file round trip."""
+rules, the log parsers and the history file round trip."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -193,6 +194,95 @@ def test_the_truncation_lines_of_liftbridge_are_parsed() -> None:
     assert [(t.partition, t.to) for t in found] == [(2, 42), (0, 8)]
     assert found[1].t - found[0].t == 1.0 and found[0].t > 1.7e9
     assert found[0].node == "n1" and "to HW 41" in found[0].line
+
+
+# Two nodes' logs as in a seed-1128 run: n2 (stale) led epoch 65 while n0 already led
+# epoch 80; n2 then followed n0 and its epoch truncation kept everything (to 5).
+_AT = "2026-11-28 01:01:05"
+_P0 = "[subject=chaos, stream=chaos, partition=0]"
+_N2_LOG = (
+    f'time="{_AT}" level=debug msg="Server becoming leader for partition {_P0}, epoch: 65"\n'
+    f'time="{_AT}" level=debug msg="Server becoming follower for partition {_P0}, epoch: 80"\n'
+    f'time="{_AT}" level=debug msg="Truncating log for partition {_P0} to {{kept}}"\n'
+)
+_N0_LOG = (
+    'time="2026-11-28 01:00:59" level=debug msg="Server becoming follower for partition '
+    f'{_P0}, epoch: 65"\n'
+    f'time="{{led}}" level=debug msg="Server becoming leader for partition {_P0}, epoch: 80"\n'
+    'time="2026-11-28 01:01:05" level=debug msg="Server becoming leader for partition '
+    '[subject=x, stream=other, partition=0], epoch: 80"\n'
+)
+
+
+def _twice(*, kept: int = 5, led: str = _AT) -> tuple[History, list[logs.RoleChange]]:
+    """x published once at 01:01:05.8, acked at offset 6; n2's copy at 2, n0's at 6."""
+    at = logs.line_time(f'time="{_AT}"') + 0.8
+    history = History(meta={"partitions": 1})
+    history.publishes = [
+        _acked("a", 0, start=at - 9.0, end=at - 8.9),
+        _acked("b", 1, start=at - 8.0, end=at - 7.9),
+        Publish("w", "k", 0, at - 0.5, at + 9.5, error="AckTimeoutError", maybe_stored=True),
+        _acked("x", 6, start=at, end=at + 0.1),
+    ]
+    history.stored = [
+        Stored("a", 0, 0),
+        Stored("b", 0, 1),
+        Stored("x", 0, 2),  # n2's own copy, kept by its truncation
+        Stored("", 0, 3),  # n0's entries n2 fetched after its own
+        Stored("", 0, 4),
+        Stored("", 0, 5),
+        Stored("x", 0, 6),  # n0's copy, the one acked
+    ]
+    history.reads = [Read(i, 0, n, "m0.1", at + 5) for n, i in enumerate("abx")]
+    roles = logs.role_changes("n0", _N0_LOG.format(led=led), "chaos") + logs.role_changes(
+        "n2", _N2_LOG.format(kept=kept), "chaos"
+    )
+    return history, roles
+
+
+def test_the_leader_follower_and_truncation_lines_are_parsed_in_order() -> None:
+    _, roles = _twice()
+    assert [(r.node, r.kind, r.value, r.hw) for r in roles] == [
+        ("n0", "follower", 65, False),
+        ("n0", "leader", 80, False),
+        ("n2", "leader", 65, False),
+        ("n2", "follower", 80, False),
+        ("n2", "truncated", 5, False),
+    ]
+    hw = logs.role_changes("n1", f'msg="Truncating log for partition {_P0} to HW 9"', "chaos")
+    assert [(r.kind, r.value, r.hw) for r in hw] == [("truncated", 9, True)]
+
+
+def test_a_duplicate_two_leaders_at_once_explain_is_listed_not_failed() -> None:
+    history, roles = _twice()
+    verdict = checker.check(history, deadline=DEADLINE, roles=roles)
+    assert verdict.ok, verdict.examples
+    (duplicate,) = verdict.explained_duplicates
+    assert (duplicate.id, duplicate.offsets) == ("x", (2, 6))
+    assert [line.split(":")[0] for line in duplicate.evidence] == ["n2", "n0", "n2", "n2"]
+    assert "epoch: 80" in duplicate.evidence[1] and "to 5" in duplicate.evidence[3]
+    figures = report.summary(history, verdict)
+    assert figures["acked_duplicated_explained"][0]["offsets"] == [2, 6]
+    assert "two leaders at once explain" in report.markdown(figures)
+    assert verdict.duplicates == 1
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["no logs", "truncated below the first copy", "new leader came later", "HW truncation"],
+)
+def test_a_duplicate_the_logs_do_not_explain_fails(change: str) -> None:
+    history, roles = _twice(
+        kept=1 if change == "truncated below the first copy" else 5,
+        led="2026-11-28 01:01:07" if change == "new leader came later" else _AT,
+    )
+    if change == "no logs":
+        roles = []
+    if change == "HW truncation":
+        roles = [dataclasses.replace(r, hw=r.kind == "truncated") for r in roles]
+    verdict = checker.check(history, deadline=DEADLINE, roles=roles)
+    assert verdict.violations == {"acked_duplicated": 1}
+    assert verdict.explained_duplicates == []
 
 
 def test_the_history_file_round_trips(tmp_path: Path) -> None:
