@@ -11,6 +11,13 @@ Each partition also has a small driver task for what needs I/O: finding the star
 position, subscribing, subscribing again after a fail-over, seeking. It sleeps while
 data flows and wakes only when the consumer finds the stream needs it.
 
+A stream can also go silent without ending: a leader cut off from the cluster (and
+from us) is replaced, but cannot end its streams, and TCP may not notice for a long
+time. So a driver whose stream delivered nothing for ``silence`` seconds checks the
+partition's metadata (one fetch per fetcher and period, shared by its partitions):
+when another broker leads it now, or its high watermark passed what the stream
+delivered, the stream is dropped and subscribed again after the last message taken.
+
 Hand-over between members: the server ends a member's stream when another member
 subscribes to the partition with a newer group epoch. The member losing it stops
 delivering from it at once (its read-ahead is dropped) and the consumer commits what
@@ -51,6 +58,12 @@ Key = tuple[str, int]
 Batch = list[Message[Any, Any]]
 
 _log = get_logger("groups")
+
+# Seconds a partition's stream may deliver nothing before its driver checks that the
+# stream still comes from the partition's leader (see the module docstring). Above
+# the test clusters' leader timeout (3 s), below the server's default (15 s), so that
+# a stream from a replaced leader ends about when the fail-over does.
+SILENCE = 10.0
 
 
 class PartitionState:
@@ -135,6 +148,9 @@ class Fetcher:
         self._ready: deque[PartitionState] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._failures: deque[LiftbridgeError] = deque()
+        self.silence = SILENCE
+        self._refresh_lock = asyncio.Lock()
+        self._refreshed_at = float("-inf")
 
     # ------------------------------------------------------------------ membership
 
@@ -326,13 +342,22 @@ class Fetcher:
                 if sub is None:
                     sub = await self._subscribe(part)
                 elif not await sub.ensure_open() and part.sub is sub:
-                    self.lose(part)  # the server ended it: the partition moved
+                    # The server ended it, or refused a resubscription: the partition
+                    # moved (what was taken from the stream is not delivered, see lose).
+                    self.lose(part)
                     return
                 if sub is None or part.sub is not sub:
                     continue  # a seek replaced it meanwhile (or it was lost)
+                if sub.refused:
+                    # Refused at the first subscribe: nothing was read. Ending the driver
+                    # leaves the partition assigned but not alive, and the next
+                    # heartbeat starts a new driver with the epoch it then has (or
+                    # revokes the partition): waiting here for data would wait forever.
+                    self._log_refused(part)
+                    return
                 part.attention = loop.create_future()
                 self.make_ready(part)
-                await part.attention
+                await self._watch(part, sub, part.attention)
         except LiftbridgeError as exc:
             # A passing failure ends this driver and the next heartbeat starts a new
             # one; anything else (a deleted stream, no start position) is the
@@ -343,6 +368,67 @@ class Fetcher:
                 self.wake()
         finally:
             part.attention = None
+
+    async def _watch(
+        self, part: PartitionState, sub: PartitionFeed, attention: asyncio.Future[None]
+    ) -> None:
+        """Wait until the partition needs its driver (``attention``); meanwhile, after
+        every ``silence`` seconds in which its stream delivered nothing, check that the
+        stream is not one a replaced leader left open. Such a stream is dropped: the
+        driver then subscribes again."""
+        seen = sub.last_offset
+        while True:
+            done, _ = await asyncio.wait((attention,), timeout=self.silence)
+            if done:
+                return
+            taken, seen = seen, sub.last_offset
+            if (
+                taken != seen  # it delivered
+                or part.lost
+                or part.paused
+                or part.holding
+                or part.sub is not sub
+                or sub.buffered  # the consumer is slow, not the stream
+                or not sub.streaming
+            ):
+                continue
+            why = await self._stale(part, sub)
+            if why is not None:
+                sub.reconnect(why)
+                return
+
+    async def _stale(self, part: PartitionState, sub: PartitionFeed) -> str | None:
+        """Why a silent stream cannot be the partition's live stream, or None."""
+        stream, partition = part.key
+        try:
+            async with self._refresh_lock:
+                loop = asyncio.get_running_loop()
+                if loop.time() - self._refreshed_at >= self.silence / 2:
+                    await self._router.fetch_metadata(sorted({key[0] for key in self.parts}))
+                    self._refreshed_at = loop.time()
+            info = self._router.cache.current.partition(stream, partition)
+            if info is None or not info.leader:
+                return None  # nowhere better to read from (yet)
+            leader = await self._router.leader_address(stream, partition)
+        except LiftbridgeError:
+            return None  # the cluster is not answering: the next period looks again
+        if leader != sub.address:
+            return f"broker {info.leader} leads the partition now"
+        last = sub.last_offset if sub.last_offset is not None else part.last
+        if last is not None and info.high_watermark > last:
+            return f"the partition's high watermark is {info.high_watermark}"
+        return None
+
+    def _log_refused(self, part: PartitionState) -> None:
+        _log.info(
+            "group %r member %s: the broker refused partition %s/%d to group epoch %d "
+            "(a subscriber with a newer epoch holds it there); subscribing again at the "
+            "next heartbeat if it is still assigned",
+            self._group.groupId,
+            self._group.consumerId,
+            *part.key,
+            part.epoch,
+        )
 
     async def _subscribe(self, part: PartitionState) -> PartitionFeed | None:
         """Subscribe where the partition should start; None when a seek (or the hand-
@@ -375,7 +461,7 @@ class Fetcher:
         part.holding = self._handover_wait > 0 and not part.settled
         try:
             await sub.start()
-            if part.holding and part.seeks == seeks:
+            if part.holding and part.seeks == seeks and not sub.refused:
                 part.settled = True
                 await self._settle_handover(part)
         finally:

@@ -150,6 +150,25 @@ class PartitionFeed(Protocol):
         """Whether the server ended the stream because another member took it."""
         ...
 
+    @property
+    def address(self) -> str:
+        """The broker the current (or last) stream was opened to."""
+        ...
+
+    @property
+    def last_offset(self) -> int | None:
+        """Offset of the last message taken, None before the first."""
+        ...
+
+    def reconnect(self, why: str) -> None:
+        """Drop the current stream; :meth:`ensure_open` subscribes again."""
+        ...
+
+    @property
+    def refused(self) -> bool:
+        """Whether the broker refused the Subscribe: a newer group epoch holds it."""
+        ...
+
     async def start(self) -> None:
         """Subscribe now; raises if the server refuses."""
         ...

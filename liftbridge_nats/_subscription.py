@@ -310,6 +310,7 @@ class Subscription(Generic[V, K]):
         self._listener: Callable[[], object] | None = listener
         self._done = False
         self._started = False
+        self._refused = False
         self.resubscribes = 0
         """How many times the subscription was re-established after a broken stream."""
 
@@ -322,6 +323,33 @@ class Subscription(Generic[V, K]):
     def closed(self) -> bool:
         """True once the iteration has ended (stop position, close, or error)."""
         return self._done
+
+    @property
+    def address(self) -> str:
+        """The broker the current (or last) stream was opened to."""
+        return self._address
+
+    def reconnect(self, why: str) -> None:
+        """Drop the current stream (a silent one from a broker that no longer leads
+        the partition, say): the next :meth:`ensure_open` subscribes again after the
+        last message taken, at the leader the metadata names then."""
+        if self._reader is None or self._done:
+            return
+        _log.info(
+            "%s: the stream from broker %s is silent after offset %s and %s; subscribing again",
+            self._label(),
+            redact(self._address),
+            "none" if self._last_offset is None else self._last_offset,
+            why,
+        )
+        self._drop_reader()
+
+    @property
+    def refused(self) -> bool:
+        """True when the broker refused this group member's Subscribe as not assigned:
+        a subscriber with a newer group epoch holds the partition there (the iteration
+        has ended; whether the partition is still ours is the group's to say)."""
+        return self._refused
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -761,8 +789,10 @@ class Subscription(Generic[V, K]):
             and code == grpc.StatusCode.FAILED_PRECONDITION
             and "assigned" in detail
         ):
-            # A member with a newer group epoch holds the partition now.
-            self._done = True
+            # A subscriber with a newer group epoch holds the partition at this broker:
+            # another member now, or one of a deleted group's members (a group created
+            # again starts its epochs over). The consumer's next heartbeat tells which.
+            self._done = self._refused = True
             return None
         err = rpc_error(exc, self._what())
         if isinstance(err, NotLeaderError) or code in (

@@ -110,7 +110,12 @@ class Coordinator:
                 name,
                 0,
                 {
-                    p: PartitionInfo(p, "b0", newest_offset=self.reads.newest_offset(name, p))
+                    p: PartitionInfo(
+                        p,
+                        "b0",
+                        high_watermark=self.reads.newest_offset(name, p),
+                        newest_offset=self.reads.newest_offset(name, p),
+                    )
                     for p in range(count)
                 },
             )
@@ -380,3 +385,63 @@ async def test_a_start_whose_join_failed_can_be_tried_again() -> None:
         assert await offsets(c, 2) == [(0, 0), (0, 1)]
     finally:
         await c.close()
+
+
+async def test_a_subscribe_refused_for_an_older_epoch_is_tried_again() -> None:
+    """A group deleted when it emptied and created again starts its epochs over: a
+    member of the old group still subscribed (with its higher epoch) makes the broker
+    refuse the new owner's Subscribe as not assigned. Once that stale stream ends,
+    the new owner must subscribe again (at the partition's current leader), not sit
+    on an assigned partition it never reads."""
+    reads, coordinator = cluster()
+    reads.extend("s", [b"x"] * 3)
+    stale = api_pb2.SubscribeRequest(
+        stream="s",
+        startPosition=api_pb2.OFFSET,
+        consumer=api_pb2.Consumer(groupId="g", consumerId="old", groupEpoch=99),
+    )
+    stale_reader = reads.subscribe(reads.address, stale, skip_through=None)
+    heard = Recorder()
+    async with consumer(reads, coordinator, "a", listener=heard) as a:
+        assert await a.wait_for_assignment(2) == {("s", 0)}
+        await until(lambda: len(reads.calls) == 2)  # the stale one, a's refused one
+        assert await a.getmany(timeout=0.05) == {}  # a few heartbeats: still refused
+        reads.move_leader()
+        stale_reader.cancel()  # the old member learns it lost the partition
+        assert await offsets(a, 3) == [(0, 0), (0, 1), (0, 2)]
+        assert a.assignments == {("s", 0)}
+        epoch = coordinator.epoch
+    last = reads.calls[-1]
+    assert (last.address, last.request.consumer.groupEpoch) == ("memory:1", epoch)
+    assert heard.events == [
+        ("assigned", {StreamPartition("s", 0)}),
+        ("revoked", {StreamPartition("s", 0)}),
+    ]
+
+
+@pytest.mark.parametrize("leader_moved", [True, False], ids=["leader-moved", "watermark-moved"])
+async def test_a_silent_stream_from_a_replaced_leader_is_subscribed_again(
+    leader_moved: bool,
+) -> None:
+    """A leader cut off from the cluster is replaced but cannot end its streams: the
+    member's stream just goes silent. After ``silence`` seconds without a message the
+    member looks at the metadata and, seeing another leader (or a high watermark past
+    what it read), subscribes again after the last message it took."""
+    reads, coordinator = cluster()
+    reads.extend("s", [b"x"] * 3)
+    a = consumer(reads, coordinator)
+    a._fetcher.silence = 0.02
+    async with a:
+        assert await offsets(a, 3) == [(0, 0), (0, 1), (0, 2)]
+        assert await a.getmany(timeout=0.1) == {}  # idle, not silent: no new stream
+        assert len(reads.calls) == 1
+        reads.stall("s")  # the old leader's stream: open, and nothing more comes
+        if leader_moved:
+            reads.move_leader()
+        reads.extend("s", [b"y"] * 2)
+        await until(lambda: len(reads.calls) == 2)
+        reads.stall("s", stalled=False)
+        assert await offsets(a, 2) == [(0, 3), (0, 4)]
+    second = reads.calls[1]
+    address = "memory:1" if leader_moved else "memory:0"
+    assert (second.address, second.start_offset) == (address, 3)

@@ -168,6 +168,23 @@ async def test_a_stalled_stream_delivers_once_released() -> None:
         assert await take(sub, 1) == [0]
 
 
+async def test_reconnect_drops_a_silent_stream_and_resubscribes_after_what_was_taken() -> None:
+    reads = MemoryReads()
+    reads.extend("s", [b"x"] * 2)
+    sub = subscribe(reads, start_offset=0)
+    assert await take(sub, 2) == [0, 1]
+    reads.stall("s")
+    reads.move_leader()
+    feed: PartitionFeed = sub
+    feed.reconnect("another broker leads the partition now")
+    assert not feed.streaming and reads.open_calls("s") == 0
+    reads.stall("s", stalled=False)
+    reads.append("s", b"y")
+    assert await take(sub, 1) == [2]
+    assert (feed.address, reads.calls[-1].start_offset) == ("memory:1", 2)
+    await sub.aclose()
+
+
 async def test_a_group_member_subscribing_ends_the_previous_members_stream() -> None:
     reads = MemoryReads()
     reads.extend("s", [b"x"] * 2)
@@ -197,6 +214,7 @@ async def test_a_group_member_subscribing_ends_the_previous_members_stream() -> 
     )
     await older.start()  # refused as not assigned: the subscription just ends
     assert older.closed
+    assert older.refused and not feed.refused  # a refusal is not a hand-over
     await second.aclose()
 
 
