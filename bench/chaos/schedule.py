@@ -47,8 +47,10 @@ class Step:
 
     @property
     def end(self) -> float:
-        """When the fault is healed (seconds into the run)."""
-        return self.at + self.hold
+        """When the fault is healed (seconds into the run), on the same 0.1 s grid as
+        the starts: a sum of two rounded floats may land a hair after a start that the
+        plan put at the same time, and the runner would then inject both at once."""
+        return round(self.at + self.hold, 1)
 
     def describe(self) -> str:
         """``kill(n1)``, ``partition(n0, n2)``, ``nats_restart()``, ``churn(member 2)``."""
