@@ -43,6 +43,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--latency-seconds", type=float, help="measured seconds per offered load")
     p.add_argument(
+        "--e2e-seconds",
+        type=float,
+        help="measured seconds per offered load and client in the end-to-end latency cases",
+    )
+    p.add_argument(
         "--latency-rounds", type=int, help="alternating ours/bare rounds per offered load"
     )
     p.add_argument(
@@ -97,6 +102,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         changes["fanout_partitions"] = tuple(int(x) for x in args.fanout_partitions.split(","))
     if args.latency_seconds is not None:
         changes["latency_seconds"] = args.latency_seconds
+    if args.e2e_seconds is not None:
+        changes["e2e_seconds"] = args.e2e_seconds
     if args.latency_rounds is not None:
         changes["latency_rounds"] = args.latency_rounds
     if args.rounds is not None:
@@ -154,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{report.spread(c['ceiling_vs_publish_async'])}, ours / its bare ceiling "
             f"{report.spread(c['ours_vs_ceiling'])}"
         )
+    public_api, _, _ = report.fast_path_ratio(record["cases"])
+    if public_api is not None:
+        print(f"context (not a goal): ours fast_path=False / fast path: {public_api:.2f}x")
     failed = sum(1 for c in record["cases"] if "error" in c["result"])
     print(
         f"\n{len(record['cases'])} cases, {failed} failed; wrote "

@@ -78,6 +78,22 @@ PORTAL_CALL = "sync portal call"
 # Calls timed by the portal case (at most; fewer when the run's count is smaller).
 PORTAL_CALLS = 20_000
 
+# Our Publisher with fast_path=False: the nats-py public API only, what users of a
+# nats-py release outside the tested range get. Measured where the telemetry variants
+# are (first size, LEADER, first topology).
+OURS_PUBLIC_API = "ours, fast_path=False"
+
+# End-to-end latency (section "e2e"): from each message's scheduled send time to its
+# arrival at a reader in another process. Ours: our Publisher's publish_async, read with
+# Client.subscribe or by a consumer-group member; go-liftbridge: PublishAsync and
+# Subscribe (the Go peer's e2e modes); bare: pre-encoded envelopes on nats-py, read
+# with the generated grpc.aio stub.
+E2E_OURS_SUB = "ours subscribe"
+E2E_OURS_CONSUMER = "ours consumer"
+E2E_GO = "go-liftbridge"
+E2E_BARE = BARE
+E2E_OURS = (E2E_OURS_SUB, E2E_OURS_CONSUMER)
+
 GUFO_CLIENTS = (GUFO_UNARY, GUFO_BULK, GUFO_SUB)
 GO_CLIENTS = (GO_ASYNC, GO_SYNC, GO_TASKS_100, GO_TASKS_16, GO_SUB, GO_FANOUT)
 SEQUENTIAL_CLIENTS = (GUFO_UNARY, GO_SYNC)
@@ -90,7 +106,7 @@ SINGLE = Topology(1, 1)
 class Case:
     """One measurement: a client doing one thing under one configuration."""
 
-    section: str  # publish | latency | subscribe | fanout | memory | spark | portal
+    section: str  # publish | latency | e2e | subscribe | fanout | memory | spark | portal
     client: str
     size: int
     count: int
@@ -108,7 +124,7 @@ class Case:
             parts += [self.ack, self.topology.label]
             if self.keyed:
                 parts.append("key+headers")
-        if self.section == "latency":
+        if self.section in ("latency", "e2e"):
             parts += [self.ack, f"{self.rate}mps"]
         if self.section == "fanout":
             parts.append(f"p{self.topology.partitions}")
@@ -117,7 +133,7 @@ class Case:
     @property
     def config(self) -> str:
         """The configuration the case belongs to (shared by the clients it compares)."""
-        if self.section == "latency":
+        if self.section in ("latency", "e2e"):
             return f"{self.ack} {self.rate} msg/s {self.size} B"
         if self.section in ("subscribe", "spark"):
             return f"{self.size} B"
@@ -135,6 +151,7 @@ def publish_clients(
     if telemetry:
         clients += list(TELEMETRY_CLIENTS)
         clients += list(SYNC_CLIENTS) + ([GO_TASKS_16] if settings.go else [])
+        clients.append(OURS_PUBLIC_API)
     if topology in settings.services_topologies:
         clients += list(SERVICES) + list(SERVICE_CEILINGS)
         if settings.go:
@@ -195,6 +212,10 @@ def build(settings: Settings) -> list[Case]:
             count = int(rate * settings.latency_seconds)
             for client in (OURS, BARE):
                 cases.append(Case("latency", client, size, count, rate=rate))
+    for rate in settings.e2e_rates:
+        for client in (*E2E_OURS, *((E2E_GO,) if settings.go else ()), E2E_BARE):
+            count = int(rate * settings.e2e_seconds)
+            cases.append(Case("e2e", client, settings.sizes[0], count, rate=rate))
     for size in settings.sizes:
         clients = [OURS, *SUB_METRICS_CLIENTS, GRPC_SUB, GRPC_SYNC_SUB]
         if settings.gufo:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from bench import machine, plan, spark
+from bench import e2e_report, machine, plan, spark
 
 Record = dict[str, Any]
 
@@ -258,6 +258,10 @@ def targets(record: Record) -> list[dict[str, Any]]:
             )
         )
     rows += _fanout_targets(cases)
+    rows += [
+        _target(name, ratio, goal, lower_is_better=True)
+        for name, ratio, goal in e2e_report.targets(cases)
+    ]
     return rows
 
 
@@ -651,6 +655,45 @@ def _telemetry_targets(pub: list[Record]) -> list[dict[str, Any]]:
     ]
 
 
+def fast_path_ratio(cases: list[Record]) -> tuple[float | None, Record | None, Record | None]:
+    """Ours with ``fast_path=False`` (nats-py's public API only) over ours with the
+    fast path, ``publish_async`` on the configuration where it ran (the median of the
+    rounds' ratios), with both cases."""
+    pub = [c for c in cases if c["section"] == "publish"]
+    slow = next((c for c in pub if c["client"] == plan.OURS_PUBLIC_API), None)
+    if slow is None or not _ok(slow):
+        return None, slow, None
+    m = {k: slow[k] for k in ("size", "ack", "partitions", "replication", "keyed")}
+    fast = _find(pub, plan.OURS, **m)
+    if fast is None or not _ok(fast):
+        return None, slow, fast
+    return _paired(slow, fast, "rate"), slow, fast
+
+
+def _fast_path_line(cases: list[Record]) -> list[str]:
+    ratio, slow, fast = fast_path_ratio(cases)
+    if slow is None:
+        return []
+    where = f"{_size(slow['size'])} {slow['ack']}, {_topo(slow)}"
+    if ratio is None or fast is None:
+        figures = "not measured (a case failed)"
+    else:
+        figures = (
+            f"**{_x(ratio)}** the fast path's rate ({_num(slow['result']['rate'])} against "
+            f"{_num(fast['result']['rate'])} msg/s"
+            + (
+                ", median of the rounds' ratios)"
+                if len(slow["result"].get("rates_per_round") or []) > 1
+                else ")"
+            )
+        )
+    return [
+        "",
+        f"Public API path: our Publisher with `fast_path=False` (nats-py's public API only, "
+        f"what a nats-py outside the tested range gets), `publish_async`, {where}: {figures}.",
+    ]
+
+
 def _telemetry_table(cases: list[Record]) -> list[str]:
     pub = [c for c in cases if c["section"] == "publish"]
     m, found = _telemetry_cases(pub)
@@ -768,7 +811,14 @@ def _machine_section(meta: Record) -> list[str]:
         f"{', '.join(_size(x) for x in s['sizes'])}; one-at-a-time peers (gufo `publish`, "
         f"go `Publish`) on {', '.join(s['sequential_topologies'])} only; latency "
         f"{s['latency_seconds']:.0f} s per load and client in {s.get('latency_rounds', 1)} "
-        f"alternating rounds; publish and subscribe cases in {s.get('rounds', 1)} alternating "
+        "alternating rounds; "
+        + (
+            f"end-to-end latency {s['e2e_seconds']:g} s per load and client after "
+            f"{s.get('e2e_warmup_seconds', 0):g} s of warm-up; "
+            if "e2e_seconds" in s
+            else ""
+        )
+        + f"publish and subscribe cases in {s.get('rounds', 1)} alternating "
         "round(s) per configuration (one-at-a-time peers in one), the round with the median "
         "rate reported; subscribe reads "
         f"{s['subscribe_count']:,} "
@@ -1246,6 +1296,7 @@ def markdown(record: Record, chart_name: str = "results.png") -> str:
     ]
     for t in targets(record):
         lines.append(f"| {t['target']} | {_x(t['ratio'])} | {t['goal']}x | {t['status']} |")
+    lines += _fast_path_line(cases)
     lines += _ceilings_table(record)
     lines += ["", "## Figures", ""]
     lines += [
@@ -1271,6 +1322,7 @@ def markdown(record: Record, chart_name: str = "results.png") -> str:
     lines += _telemetry_table(cases)
     lines += _sync_table(cases)
     lines += _latency_table(cases)
+    lines += e2e_report.table(cases)
     lines += _subscribe_table(cases)
     lines += _fanout_table(cases)
     lines += _memory_table(cases)
@@ -1385,12 +1437,13 @@ def chart(record: Record, path: Path) -> None:
 
 
 def write(record: Record, out_dir: Path) -> None:
-    """Write results.json, RESULTS.md and results.png into ``out_dir``."""
+    """Write results.json, RESULTS.md and the charts into ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(record, indent=1) + "\n")
     (out_dir / "RESULTS.md").write_text(markdown(record))
     chart(record, out_dir / "results.png")
     fanout_chart(record, out_dir / "results-fanout.png")
+    e2e_report.chart(record, out_dir / e2e_report.CHART)
 
 
 def main(argv: list[str]) -> int:
@@ -1400,6 +1453,7 @@ def main(argv: list[str]) -> int:
     (source.parent / "RESULTS.md").write_text(markdown(record))
     chart(record, source.parent / "results.png")
     fanout_chart(record, source.parent / "results-fanout.png")
+    e2e_report.chart(record, source.parent / e2e_report.CHART)
     print(source.parent / "RESULTS.md")
     return 0
 

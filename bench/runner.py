@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import machine, plan
+from bench import e2e, machine, plan
 from bench.cluster import Streams, running_cluster
 from bench.measure import HEADER_NAME, HEADER_VALUE, KEY, percentiles
 from bench.plan import Case
@@ -33,6 +33,7 @@ _PY_ACTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("publish", plan.OURS_NO_OTEL): ("ours", "publish"),
     ("publish", plan.OURS_TRACED): ("ours", "publish"),
     ("publish", plan.OURS_MSGSPEC): ("ours", "publish"),
+    ("publish", plan.OURS_PUBLIC_API): ("ours", "publish"),
     ("publish", plan.BARE): ("bare", "publish"),
     ("publish", plan.BARE_UVLOOP): ("bare", "publish"),
     ("publish", plan.BARE_BURST): ("bare", "burst"),
@@ -73,6 +74,7 @@ _VARIANTS: dict[str, dict[str, Any]] = {
     plan.OURS_NO_OTEL: {"block_imports": ["opentelemetry"]},
     plan.OURS_TRACED: {"telemetry": "sdk"},
     plan.OURS_MSGSPEC: {"serializer": "msgspec"},
+    plan.OURS_PUBLIC_API: {"fast_path": False},
 }
 # The read metrics of our subscribe cases (see bench.clients.ours.subscribe).
 _SUB_METRICS = {plan.OURS_METRICS_OFF: "off", plan.OURS_OTEL_SDK: "sdk"}
@@ -120,6 +122,13 @@ def _fmt_result(case: Case, result: dict[str, Any]) -> str:
         return (
             f"p50 {result['p50_ms']:.2f} ms  p99 {result['p99_ms']:.2f} ms  "
             f"p99.9 {result['p999_ms']:.2f} ms  missing {result['errors']}"
+        )
+    if case.section == "e2e":
+        if not result.get("arrived"):
+            return f"nothing arrived of {result['count']:,}"
+        return (
+            f"p50 {result['p50_ms']:.2f} ms  p99 {result['p99_ms']:.2f} ms  "
+            f"p99.9 {result['p999_ms']:.2f} ms  arrived {result['arrived']:,}/{result['count']:,}"
         )
     text = (
         f"{result.get('rate', 0):>11,.0f} msg/s  cpu {result.get('cpu_us_per_msg', 0):6.1f} us/msg"
@@ -551,6 +560,11 @@ async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> di
                     ]
                     pooled.update(await runner.run_latency(partners, index))
                 result = pooled[case.id]
+            elif case.section == "e2e":
+                if case.id not in pooled:
+                    partners = [c for c in cases if c.section == "e2e" and c.config == case.config]
+                    pooled.update(await e2e.run_config(runner, partners, index))
+                result = pooled[case.id]
             elif case.section == "spark":
                 if case.id not in pooled:
                     pooled.update(
@@ -610,6 +624,9 @@ async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> di
                 "latency_rates": list(settings.latency_rates),
                 "latency_seconds": settings.latency_seconds,
                 "latency_rounds": settings.latency_rounds,
+                "e2e_rates": list(settings.e2e_rates),
+                "e2e_seconds": settings.e2e_seconds,
+                "e2e_warmup_seconds": settings.e2e_warmup_seconds,
                 "rounds": settings.rounds,
                 "subscribe_count": settings.subscribe_count,
                 "fanout_partitions": list(settings.fanout_partitions),

@@ -71,6 +71,11 @@ class Settings:
     spark_sink_count: int = 300_000
     spark_scale_count: int = 200_000
     spark_rounds: int = 3
+    # End-to-end latency (bench.e2e): offered loads, measured seconds per load and
+    # client (after a warm-up at the same rate that is not timed).
+    e2e_rates: tuple[int, ...] = (1_000, 10_000, 50_000)
+    e2e_seconds: float = 10.0
+    e2e_warmup_seconds: float = 1.0
 
     @classmethod
     def full(cls) -> Settings:
@@ -135,6 +140,7 @@ class Settings:
             spark_sink_count=2_000,
             spark_scale_count=2_000,
             spark_rounds=1,
+            e2e_seconds=2.0,
         )
 
     def with_(self, **changes: object) -> Settings:

@@ -119,8 +119,10 @@ async def publish(spec: dict[str, Any]) -> dict[str, Any]:
     Variants (see bench.plan.TELEMETRY_CLIENTS): ``serializer="msgspec"`` publishes one
     msgspec Struct of the same encoded size through ``value_serializer`` (building the
     object is the application's cost, left out); ``telemetry="sdk"`` traces every
-    message and reports the metrics to an OpenTelemetry SDK. The result says whether
-    opentelemetry was imported (the worker can block it).
+    message and reports the metrics to an OpenTelemetry SDK; ``fast_path=False``
+    (bench.plan.OURS_PUBLIC_API) sends through nats-py's public API only. The result says
+    whether opentelemetry was imported (the worker can block it) and how many messages
+    each path carried.
     """
     from liftbridge_nats import Publisher
 
@@ -134,6 +136,8 @@ async def publish(spec: dict[str, Any]) -> dict[str, Any]:
 
         value = _struct_value(spec["size"])
         options["value_serializer"] = MsgspecSerializer()
+    if "fast_path" in spec:
+        options["fast_path"] = spec["fast_path"]
     providers: tuple[Any, Any] | None = None
     if spec.get("telemetry") == "sdk":
         providers = _sdk_providers()
@@ -168,6 +172,10 @@ async def publish(spec: dict[str, Any]) -> dict[str, Any]:
             errors = await run(spec["count"])
             result = meter.stop(spec["count"], errors)
             result["opentelemetry_imported"] = "opentelemetry" in sys.modules
+            # Which path carried the messages (the fast_path=False case must show none
+            # on the fast path).
+            result["fast_path_sent"] = pub.stats.fast_path_sent
+            result["public_api_sent"] = pub.stats.public_api_sent
             return result
     finally:
         await nc.close()

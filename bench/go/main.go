@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -31,7 +32,11 @@ type result struct {
 	Threads    int64   `json:"threads,omitempty"`
 	Resubs     int64   `json:"resubscribes,omitempty"`
 	GoVersion  string  `json:"go_version,omitempty"`
-	Error      string  `json:"error,omitempty"`
+	// End-to-end modes: the latencies (µs) of the timed messages a reader saw, and the
+	// rate a paced publisher really sent at.
+	SamplesUS []int64 `json:"samples_us,omitempty"`
+	SendRate  float64 `json:"achieved_send_rate,omitempty"`
+	Error     string  `json:"error,omitempty"`
 }
 
 func cpuSeconds() float64 {
@@ -261,6 +266,140 @@ func subscribe(ctx context.Context, c lift.Client, stream string, partition int,
 	return 0, nil
 }
 
+// stamp writes what an end-to-end message carries in its first 16 bytes: its
+// sequence number and its scheduled send time (Unix ns), both big-endian.
+func stamp(template []byte, seq int64, dueNS int64) []byte {
+	value := make([]byte, len(template))
+	copy(value, template)
+	binary.BigEndian.PutUint64(value[0:8], uint64(seq))
+	binary.BigEndian.PutUint64(value[8:16], uint64(dueNS))
+	return value
+}
+
+// pacedPublish sends total messages at rate msg/s with PublishAsync, message i due
+// at t0 + i/rate; each carries its due time, from which the reader measures, so a
+// stall of the sender counts against it. Returns the rate it really sent at.
+func pacedPublish(ctx context.Context, c lift.Client, stream string, total int, rate float64,
+	template []byte, opts []lift.MessageOption) (float64, int64, error) {
+	var errs int64
+	var wg sync.WaitGroup
+	handler := func(ack *lift.Ack, err error) {
+		if err != nil {
+			atomic.AddInt64(&errs, 1)
+		}
+		wg.Done()
+	}
+	t0 := time.Now().Add(50 * time.Millisecond)
+	base := t0.UnixNano()
+	due := func(i int) time.Duration { return time.Duration(float64(i) / rate * 1e9) }
+	sent := 0
+	for sent < total {
+		elapsed := time.Since(t0)
+		if elapsed >= 0 {
+			ready := int(elapsed.Seconds()*rate) + 1
+			if ready > total {
+				ready = total
+			}
+			for ; sent < ready; sent++ {
+				wg.Add(1)
+				value := stamp(template, int64(sent), base+int64(due(sent)))
+				if err := c.PublishAsync(ctx, stream, value, handler, opts...); err != nil {
+					return 0, errs, err
+				}
+			}
+		}
+		if sent < total {
+			time.Sleep(time.Until(t0.Add(due(sent))))
+		}
+	}
+	sendRate := float64(total) / time.Since(t0).Seconds()
+	wg.Wait()
+	return sendRate, errs, nil
+}
+
+// e2eSubscribe reads the stream from its start until total messages arrived or
+// deadline passed, and returns the latency of every message from warm on: its
+// arrival in the callback minus the due time it carries. The file ready is
+// created once the subscription exists (Subscribe returns then).
+func e2eSubscribe(ctx context.Context, c lift.Client, stream string, total, warm int,
+	ready string, deadline time.Duration) ([]int64, int, error) {
+	samples := make([]int64, 0, total)
+	var mu sync.Mutex
+	arrived := 0
+	done := make(chan struct{})
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	err := c.Subscribe(ctx, stream, func(msg *lift.Message, err error) {
+		now := time.Now().UnixNano()
+		if err != nil {
+			return
+		}
+		value := msg.Value()
+		if len(value) < 16 {
+			return
+		}
+		seq := int64(binary.BigEndian.Uint64(value[0:8]))
+		dueNS := int64(binary.BigEndian.Uint64(value[8:16]))
+		mu.Lock()
+		defer mu.Unlock()
+		arrived++
+		if seq >= int64(warm) {
+			samples = append(samples, (now-dueNS)/1000)
+		}
+		if arrived == total {
+			close(done)
+		}
+	}, lift.StartAtEarliestReceived())
+	if err != nil {
+		return nil, 0, err
+	}
+	if ready != "" {
+		if err := os.WriteFile(ready, []byte("ready\n"), 0o644); err != nil {
+			return nil, 0, err
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(deadline):
+	case <-ctx.Done():
+	}
+	cancel()
+	mu.Lock()
+	defer mu.Unlock()
+	return append([]int64(nil), samples...), arrived, nil
+}
+
+// endToEnd runs the e2e-publish and e2e-subscribe modes, which print their own result.
+func endToEnd(ctx context.Context, c lift.Client, mode, stream string, total, warm int, rate float64,
+	template []byte, opts []lift.MessageOption, ready string, deadline time.Duration) {
+	cpu0 := cpuSeconds()
+	start := time.Now()
+	out := result{Mode: mode}
+	switch mode {
+	case "e2e-publish":
+		sendRate, errs, err := pacedPublish(ctx, c, stream, total, rate, template, opts)
+		if err != nil {
+			fail(mode, err)
+		}
+		out.Count, out.Errors, out.SendRate = total, errs, sendRate
+	case "e2e-subscribe":
+		samples, arrived, err := e2eSubscribe(ctx, c, stream, total, warm, ready, deadline)
+		if err != nil {
+			fail(mode, err)
+		}
+		out.Count, out.Errors, out.SamplesUS = arrived, int64(total-arrived), samples
+	}
+	out.Seconds = time.Since(start).Seconds()
+	out.CPUSeconds = cpuSeconds() - cpu0
+	if out.Count > 0 {
+		out.Rate = float64(out.Count) / out.Seconds
+		out.CPUPerMsg = out.CPUSeconds / float64(out.Count) * 1e6
+	}
+	out.MaxRSSKiB = maxRSS()
+	data, _ := json.Marshal(out)
+	fmt.Println(string(data))
+}
+
 func main() {
 	brokers := flag.String("brokers", "127.0.0.1:9292", "comma-separated Liftbridge broker addresses")
 	stream := flag.String("stream", "", "stream name (created by the caller)")
@@ -268,7 +407,8 @@ func main() {
 	warmup := flag.Int("warmup", 0, "messages published before the timed run")
 	size := flag.Int("size", 100, "value size in bytes")
 	ack := flag.String("ack", "leader", "ack policy: leader, all or none")
-	mode := flag.String("mode", "async", "async (PublishAsync), sync (Publish), subscribe or fanout (every partition)")
+	mode := flag.String("mode", "async", "async (PublishAsync), sync (Publish), subscribe, fanout (every partition), "+
+		"e2e-publish (PublishAsync at -rate) or e2e-subscribe (latency of what e2e-publish sent)")
 	partitions := flag.Int("partitions", 1, "partition count of the stream (round-robin when > 1)")
 	partition := flag.Int("partition", 0, "partition to read in subscribe mode")
 	window := flag.Int("window", 0, "PublishAsync: most messages in flight (0: no limit)")
@@ -277,6 +417,10 @@ func main() {
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up after this long")
 	key := flag.String("key", "", "a key on every message (none by default)")
 	header := flag.String("header", "", "name=value: a header on every message (none by default)")
+	rate := flag.Float64("rate", 1000, "e2e-publish: messages per second")
+	ready := flag.String("ready", "", "e2e-subscribe: file created once the subscription exists")
+	warmE2E := flag.Int("skip", 0, "e2e-subscribe: leading messages (the warm-up) not timed")
+	deadline := flag.Duration("deadline", time.Minute, "e2e-subscribe: stop reading after this long")
 	flag.Parse()
 	if *stream == "" {
 		fail(*mode, fmt.Errorf("-stream is required"))
@@ -295,6 +439,13 @@ func main() {
 	opts, err := messageOptions(*ack, *partitions, *key, *header)
 	if err != nil {
 		fail(*mode, err)
+	}
+	if strings.HasPrefix(*mode, "e2e-") {
+		if *size < 16 {
+			fail(*mode, fmt.Errorf("-size must be at least 16 in the end-to-end modes"))
+		}
+		endToEnd(ctx, client, *mode, *stream, *count, *warmE2E, *rate, value, opts, *ready, *deadline)
+		return
 	}
 	var threads, resubscribes int64
 	run := func(n int) (int64, error) {
