@@ -32,6 +32,15 @@ publish; the late node then followed B and truncated to an offset at or above it
 (B answered its request for epoch A's end with the start of its own next epoch, which
 lay past the late node's log), so it kept its copy and fetched B's entries after it.
 Each such duplicate is listed with those four lines; any other fails the run.
+
+And an acked message the group never read is not a failure when a diverged replica
+explains it: at its offset the group read another message (stored nowhere, or only at
+a higher offset), served by a node that had led the partition and, once it followed a
+new leader, kept one message of its old epoch there. Its log shows the follower line,
+a truncation keeping the offset before (or at) the acked one, and a leader epoch it
+records as starting just after the acked offset, while another node records that epoch
+as starting at the acked offset or the one before. Each is listed with those four
+lines.
 """
 
 from __future__ import annotations
@@ -40,7 +49,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from .history import History, Publish, Stored, Truncation
+from .history import History, Publish, Read, Stored, Truncation
 from .logs import RoleChange
 
 RULES = (
@@ -81,6 +90,18 @@ class Duplicate:
     evidence: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class DivergedRead:
+    """An acked message the group never read because, at its offset, it read another
+    message that a diverged replica held there, with the log lines that show it."""
+
+    id: str
+    partition: int
+    offset: int
+    read_instead: str
+    evidence: tuple[str, ...]
+
+
 @dataclass
 class Verdict:
     """The outcome of :func:`check`: broken rules with counts and examples, and the
@@ -96,6 +117,7 @@ class Verdict:
     explained_losses: list[Loss] = field(default_factory=list)
     unexplained_losses: list[Loss] = field(default_factory=list)
     explained_duplicates: list[Duplicate] = field(default_factory=list)
+    explained_unread: list[DivergedRead] = field(default_factory=list)
     duplicates: int = 0
     stored: int = 0
     errors_by_type: dict[str, int] = field(default_factory=dict)
@@ -121,6 +143,9 @@ def check(history: History, *, deadline: float, roles: Sequence[RoleChange] = ()
     where = _stored_at(history.stored)
     verdict.stored = len(history.stored)
     read_ids = {r.id for r in history.reads}
+    reads_at: dict[tuple[int, int], list[Read]] = defaultdict(list)
+    for read in history.reads:
+        reads_at[(read.partition, read.offset)].append(read)
     for publish in history.publishes:
         _check_outcome(verdict, publish, deadline, where)
     acked = [p for p in history.publishes if p.acked]
@@ -150,7 +175,13 @@ def check(history: History, *, deadline: float, roles: Sequence[RoleChange] = ()
                 "acked_moved", f"{publish.id} acked at {_at(publish)}, stored at {places[0]}"
             )
         if publish.id not in read_ids:
-            verdict._fail("acked_unread", f"{publish.id} ({_at(publish)}) never read by the group")
+            diverged = _diverged_read(publish, reads_at, where, roles)
+            if diverged is not None:
+                verdict.explained_unread.append(diverged)
+            else:
+                verdict._fail(
+                    "acked_unread", f"{publish.id} ({_at(publish)}) never read by the group"
+                )
     verdict.duplicates = sum(len(places) - 1 for places in where.values() if len(places) > 1)
     _check_offsets(verdict, history.stored)
     _check_key_order(verdict, [p for p in acked if p.id not in lost_ids], where)
@@ -228,7 +259,8 @@ def _duplicate(
         return duplicate
     low, high = offsets
     start = publish.start
-    mine = [c for c in roles if c.partition == publish.partition]
+    # The leader, follower and truncation lines only: the shape is three of them in a row.
+    mine = [c for c in roles if c.partition == publish.partition and c.kind != "epoch"]
     by_node: dict[str, list[RoleChange]] = defaultdict(list)
     for change in mine:
         by_node[change.node].append(change)
@@ -255,6 +287,63 @@ def _duplicate(
                     evidence = tuple(f"{c.node}: {c.line}" for c in (led, other, followed, cut))
                     return Duplicate(publish.id, publish.partition, offsets, evidence)
     return duplicate
+
+
+def _diverged_read(
+    publish: Publish,
+    reads_at: dict[tuple[int, int], list[Read]],
+    where: dict[str, list[tuple[int, int]]],
+    roles: Sequence[RoleChange],
+) -> DivergedRead | None:
+    """Why the group never read an acked message, when a diverged replica explains it
+    (see the module documentation): the group read another message at its offset,
+    one stored nowhere or only at a higher offset of the partition; a node N that had
+    led the partition logged, after it became a follower, a truncation keeping the
+    offset before or at that offset and then a leader epoch starting just after it,
+    while another node recorded that epoch as starting at the offset or the one before
+    (N kept one message of its old epoch there); and the read came after N's follower
+    line (log lines carry whole seconds: one second of slack)."""
+    if publish.offset is None:
+        return None
+    partition, offset = publish.partition, publish.offset
+    mine = [c for c in roles if c.partition == partition]
+    for read in reads_at.get((partition, offset), []):
+        if read.id == publish.id or any(
+            p != partition or o <= offset for p, o in where.get(read.id, [])
+        ):
+            continue
+        by_node: dict[str, list[RoleChange]] = defaultdict(list)
+        for change in mine:
+            by_node[change.node].append(change)
+        for node, changes in by_node.items():
+            led = False
+            for i, followed in enumerate(changes):
+                led = led or followed.kind == "leader"
+                if not (led and followed.kind == "follower" and read.t >= followed.t - 1.0):
+                    continue
+                after = changes[i + 1 : i + 4]
+                cut = next((c for c in after if c.kind == "truncated"), None)
+                began = next((c for c in after if c.kind == "epoch"), None)
+                if (
+                    cut is None
+                    or began is None
+                    or cut.hw
+                    or cut.value not in (offset - 1, offset)
+                    or began.value != offset + 1
+                ):
+                    continue
+                for other in mine:
+                    if (
+                        other.node != node
+                        and other.kind == "epoch"
+                        and other.epoch == began.epoch
+                        and other.value in (offset - 1, offset)
+                    ):
+                        evidence = tuple(
+                            f"{c.node}: {c.line}" for c in (followed, cut, began, other)
+                        )
+                        return DivergedRead(publish.id, partition, offset, read.id, evidence)
+    return None
 
 
 def _check_offsets(verdict: Verdict, stored: Iterable[Stored]) -> None:

@@ -36,9 +36,10 @@ _ROLE = re.compile(
 @dataclass(frozen=True)
 class RoleChange:
     """One line of a node's log about a partition of the run's stream, in log order:
-    ``kind`` ``"leader"`` or ``"follower"`` (``value`` the leader epoch), or
+    ``kind`` ``"leader"`` or ``"follower"`` (``value`` the leader epoch),
     ``"truncated"`` (``value`` the last offset kept, ``hw`` whether the node fell back
-    to its high watermark); ``t`` when it was logged, to the second."""
+    to its high watermark), or ``"epoch"`` (``value`` the offset the node recorded for
+    the start of leader epoch ``epoch``); ``t`` when it was logged, to the second."""
 
     node: str
     partition: int
@@ -47,7 +48,15 @@ class RoleChange:
     line: str
     t: float
     hw: bool = False
+    epoch: int = -1
 
+
+# A node records where each leader epoch begins in its log: a leader at its newest
+# offset when it takes the epoch, a follower at the first offset of the epoch.
+_EPOCH = re.compile(
+    r"Updated log leader epoch\. New: \{epoch:(?P<epoch>\d+), offset:(?P<offset>-?\d+)\}.* "
+    r"for log \[subject=[^,]*, stream=(?P<stream>[^,]*), partition=(?P<partition>\d+)\]"
+)
 
 _TIME = re.compile(r'time="(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)"')
 
@@ -81,10 +90,24 @@ def truncations(node: str, log: str, stream: str) -> list[Truncation]:
 
 
 def role_changes(node: str, log: str, stream: str) -> list[RoleChange]:
-    """The leader, follower and truncation lines of ``stream``'s partitions in
-    ``node``'s ``log``, in the order the node logged them."""
+    """The leader, follower, truncation and epoch-start lines of ``stream``'s
+    partitions in ``node``'s ``log``, in the order the node logged them."""
     found = []
     for line in log.splitlines():
+        match = _EPOCH.search(line)
+        if match and match["stream"] == stream:
+            found.append(
+                RoleChange(
+                    node,
+                    int(match["partition"]),
+                    "epoch",
+                    int(match["offset"]),
+                    line.strip(),
+                    line_time(line),
+                    epoch=int(match["epoch"]),
+                )
+            )
+            continue
         match = _ROLE.search(line)
         if match and match["stream"] == stream:
             found.append(

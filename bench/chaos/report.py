@@ -8,6 +8,8 @@ JSON (for tools) and as markdown (for people).
   and any other (which fails the run);
 - acked messages stored twice that two leaders at once explain (each with its log
   lines; any other fails the run);
+- acked messages the group never read because a diverged replica served another
+  message at their offset (each with its log lines; any other unread one fails the run);
 - the longest unavailability: the longest time with no publish acked, between the
   first publish and the last;
 - the recovery after each heal: heal to the first ack, and to the first read by the
@@ -119,6 +121,16 @@ def summary(history: History, verdict: Verdict) -> dict[str, Any]:
             }
             for x in verdict.explained_duplicates
         ],
+        "acked_unread_explained": [
+            {
+                "id": x.id,
+                "partition": x.partition,
+                "offset": x.offset,
+                "read_instead": x.read_instead,
+                "evidence": list(x.evidence),
+            }
+            for x in verdict.explained_unread
+        ],
         "acked_lost_unexplained": [
             {"id": x.id, "partition": x.partition, "offset": x.offset}
             for x in verdict.unexplained_losses
@@ -164,6 +176,8 @@ def markdown(figures: dict[str, Any]) -> str:
         f"| duplicates in the stream | {figures['duplicates']} |",
         f"| acked stored twice, explained by two leaders at once | "
         f"{len(figures.get('acked_duplicated_explained', []))} |",
+        f"| acked unread by the group, explained by a diverged replica | "
+        f"{len(figures.get('acked_unread_explained', []))} |",
         f"| messages read by the group (with repeats) | {figures['reads']} |",
         f"| longest time without an ack | {figures['longest_unavailability']['seconds']} s "
         f"(from t+{figures['longest_unavailability']['from']} s) |",
@@ -200,6 +214,14 @@ def markdown(figures: dict[str, Any]) -> str:
                 f"{', '.join(map(str, dup['offsets']))}):"
             )
             lines += [f"  - {line}" for line in dup["evidence"]]
+    if figures.get("acked_unread_explained"):
+        lines += ["", "## Acked messages unread because a diverged replica served another", ""]
+        for unread in figures["acked_unread_explained"]:
+            lines.append(
+                f"- {unread['id']} (partition {unread['partition']}, offset "
+                f"{unread['offset']}; the group read {unread['read_instead']} there):"
+            )
+            lines += [f"  - {line}" for line in unread["evidence"]]
     lines += [
         "",
         "## Recovery after each heal",

@@ -202,6 +202,8 @@ _AT = "2026-11-28 01:01:05"
 _P0 = "[subject=chaos, stream=chaos, partition=0]"
 _N2_LOG = (
     f'time="{_AT}" level=debug msg="Server becoming leader for partition {_P0}, epoch: 65"\n'
+    f'time="{_AT}" level=debug msg="Updated log leader epoch. New: {{{{epoch:65, offset:1}}}}, '
+    f'Previous: {{{{epoch:0, offset:-1}}}} for log {_P0}. Cache now contains 2 entries."\n'
     f'time="{_AT}" level=debug msg="Server becoming follower for partition {_P0}, epoch: 80"\n'
     f'time="{_AT}" level=debug msg="Truncating log for partition {_P0} to {{kept}}"\n'
 )
@@ -246,6 +248,7 @@ def test_the_leader_follower_and_truncation_lines_are_parsed_in_order() -> None:
         ("n0", "follower", 65, False),
         ("n0", "leader", 80, False),
         ("n2", "leader", 65, False),
+        ("n2", "epoch", 1, False),
         ("n2", "follower", 80, False),
         ("n2", "truncated", 5, False),
     ]
@@ -283,6 +286,77 @@ def test_a_duplicate_the_logs_do_not_explain_fails(change: str) -> None:
     verdict = checker.check(history, deadline=DEADLINE, roles=roles)
     assert verdict.violations == {"acked_duplicated": 1}
     assert verdict.explained_duplicates == []
+
+
+# A broker that stepped down (n1, epoch 73 -> follower of 97) kept one message of its
+# old epoch at offset 3, where n0 records epoch 97 as starting (at 2, a leader's way).
+_N1_DIVERGED = (
+    f'time="{_AT}" level=debug msg="Server becoming leader for partition {_P0}, epoch: 73"\n'
+    f'time="{_AT}" level=debug msg="Server becoming follower for partition {_P0}, epoch: 97"\n'
+    f'time="{_AT}" level=debug msg="Truncating log for partition {_P0} to 2"\n'
+    f'time="{_AT}" level=debug msg="Updated log leader epoch. New: {{{{epoch:97, offset:4}}}}, '
+    f'Previous: {{{{epoch:73, offset:0}}}} for log {_P0}. Cache now contains 2 entries."\n'
+)
+_N0_EPOCH = (
+    f'time="{_AT}" level=debug msg="Updated log leader epoch. New: {{{{epoch:97, '
+    f"offset:{{start}}}}}}, Previous: {{{{epoch:73, offset:0}}}} for log {_P0}. Cache now "
+    'contains 2 entries."\n'
+)
+
+
+def _diverged(
+    *, start: int = 2, read_at: float = 1.0, instead: str = "y"
+) -> tuple[History, list[logs.RoleChange]]:
+    """x acked at offset 3, y at 5; the group read y (or ``instead``) at offset 3, from
+    n1's diverged log, ``read_at`` seconds after n1's follower line."""
+    at = logs.line_time(f'time="{_AT}"')
+    history = History(meta={"partitions": 1})
+    history.publishes = [
+        _acked(ident, offset, start=at - 9 + offset, end=at - 8.9 + offset)
+        for offset, ident in enumerate("abc")
+    ] + [_acked("x", 3, start=at - 2, end=at - 1.9), _acked("y", 5, start=at, end=at + 0.1)]
+    history.stored = [
+        Stored(ident, 0, offset) for offset, ident in enumerate(["a", "b", "c", "x", "", "y"])
+    ]
+    reads = [("a", 0), ("b", 1), ("c", 2), (instead, 3), ("y", 5)]
+    history.reads = [Read(i, 0, n, "m0.1", at + read_at) for i, n in reads]
+    roles = logs.role_changes("n1", _N1_DIVERGED.format(), "chaos") + logs.role_changes(
+        "n0", _N0_EPOCH.format(start=start), "chaos"
+    )
+    return history, roles
+
+
+def test_an_unread_message_a_diverged_replica_explains_is_listed_not_failed() -> None:
+    history, roles = _diverged()
+    assert [(r.node, r.kind, r.value, r.epoch) for r in roles if r.kind == "epoch"] == [
+        ("n1", "epoch", 4, 97),
+        ("n0", "epoch", 2, 97),
+    ]
+    verdict = checker.check(history, deadline=DEADLINE, roles=roles)
+    assert verdict.ok, verdict.examples
+    (unread,) = verdict.explained_unread
+    assert (unread.id, unread.offset, unread.read_instead) == ("x", 3, "y")
+    assert [line.split(":")[0] for line in unread.evidence] == ["n1", "n1", "n1", "n0"]
+    figures = report.summary(history, verdict)
+    assert figures["acked_unread_explained"][0]["read_instead"] == "y"
+    assert "a diverged replica served another" in report.markdown(figures)
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["no logs", "the epoch starts elsewhere", "read before the switch", "read a lower message"],
+)
+def test_an_unread_message_the_logs_do_not_explain_fails(change: str) -> None:
+    history, roles = _diverged(
+        start=0 if change == "the epoch starts elsewhere" else 2,
+        read_at=-5.0 if change == "read before the switch" else 1.0,
+        instead="b" if change == "read a lower message" else "y",
+    )
+    if change == "no logs":
+        roles = []
+    verdict = checker.check(history, deadline=DEADLINE, roles=roles)
+    assert verdict.violations == {"acked_unread": 1}
+    assert verdict.explained_unread == []
 
 
 def test_the_history_file_round_trips(tmp_path: Path) -> None:
