@@ -141,6 +141,7 @@ class Settings:
             spark_scale_count=2_000,
             spark_rounds=1,
             e2e_seconds=2.0,
+            e2e_rates=(1_000, 10_000),  # 50k msg/s for 2 s would outlast the rest
         )
 
     def with_(self, **changes: object) -> Settings:
