@@ -261,10 +261,7 @@ def _duplicate(
     start = publish.start
     # The leader, follower and truncation lines only: the shape is three of them in a row.
     mine = [c for c in roles if c.partition == publish.partition and c.kind != "epoch"]
-    by_node: dict[str, list[RoleChange]] = defaultdict(list)
-    for change in mine:
-        by_node[change.node].append(change)
-    for node, changes in by_node.items():
+    for node, changes in _by_node(mine).items():
         for led, followed, cut in zip(changes, changes[1:], changes[2:], strict=False):
             if not (
                 led.kind == "leader"
@@ -307,14 +304,12 @@ def _diverged_read(
         return None
     partition, offset = publish.partition, publish.offset
     mine = [c for c in roles if c.partition == partition]
+    by_node = _by_node(mine)
     for read in reads_at.get((partition, offset), []):
         if read.id == publish.id or any(
             p != partition or o <= offset for p, o in where.get(read.id, [])
         ):
             continue
-        by_node: dict[str, list[RoleChange]] = defaultdict(list)
-        for change in mine:
-            by_node[change.node].append(change)
         for node, changes in by_node.items():
             led = False
             for i, followed in enumerate(changes):
@@ -344,6 +339,14 @@ def _diverged_read(
                         )
                         return DivergedRead(publish.id, partition, offset, read.id, evidence)
     return None
+
+
+def _by_node(changes: Iterable[RoleChange]) -> dict[str, list[RoleChange]]:
+    """``changes`` by the node that logged them, each node's in its log order."""
+    by_node: dict[str, list[RoleChange]] = defaultdict(list)
+    for change in changes:
+        by_node[change.node].append(change)
+    return by_node
 
 
 def _check_offsets(verdict: Verdict, stored: Iterable[Stored]) -> None:

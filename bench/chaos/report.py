@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .checker import Verdict
@@ -206,22 +206,24 @@ def markdown(figures: dict[str, Any]) -> str:
                 f"- {loss['id']} (partition {loss['partition']}, offset {loss['offset']}): "
                 f"{loss['evidence'][0]}"
             )
-    if figures.get("acked_duplicated_explained"):
-        lines += ["", "## Acked messages stored twice that two leaders at once explain", ""]
-        for dup in figures["acked_duplicated_explained"]:
-            lines.append(
-                f"- {dup['id']} (partition {dup['partition']}, offsets "
-                f"{', '.join(map(str, dup['offsets']))}):"
-            )
-            lines += [f"  - {line}" for line in dup["evidence"]]
-    if figures.get("acked_unread_explained"):
-        lines += ["", "## Acked messages unread because a diverged replica served another", ""]
-        for unread in figures["acked_unread_explained"]:
-            lines.append(
-                f"- {unread['id']} (partition {unread['partition']}, offset "
-                f"{unread['offset']}; the group read {unread['read_instead']} there):"
-            )
-            lines += [f"  - {line}" for line in unread["evidence"]]
+    explained: tuple[tuple[str, str, Callable[[dict[str, Any]], str]], ...] = (
+        (
+            "acked_duplicated_explained",
+            "Acked messages stored twice that two leaders at once explain",
+            lambda x: f"offsets {', '.join(map(str, x['offsets']))}",
+        ),
+        (
+            "acked_unread_explained",
+            "Acked messages unread because a diverged replica served another",
+            lambda x: f"offset {x['offset']}; the group read {x['read_instead']} there",
+        ),
+    )
+    for key, title, where in explained:
+        if figures.get(key):
+            lines += ["", f"## {title}", ""]
+            for item in figures[key]:
+                lines.append(f"- {item['id']} (partition {item['partition']}, {where(item)}):")
+                lines += [f"  - {line}" for line in item["evidence"]]
     lines += [
         "",
         "## Recovery after each heal",
