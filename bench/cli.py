@@ -51,6 +51,11 @@ def _parser() -> argparse.ArgumentParser:
         "--latency-rounds", type=int, help="alternating ours/bare rounds per offered load"
     )
     p.add_argument(
+        "--e2e-rounds",
+        type=int,
+        help="alternating rounds per offered load in the end-to-end latency cases (pooled)",
+    )
+    p.add_argument(
         "--rounds",
         type=int,
         help="alternating rounds per publish/subscribe configuration (median reported)",
@@ -104,6 +109,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         changes["latency_seconds"] = args.latency_seconds
     if args.e2e_seconds is not None:
         changes["e2e_seconds"] = args.e2e_seconds
+    if args.e2e_rounds is not None:
+        changes["e2e_rounds"] = args.e2e_rounds
     if args.latency_rounds is not None:
         changes["latency_rounds"] = args.latency_rounds
     if args.rounds is not None:

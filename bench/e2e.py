@@ -38,13 +38,45 @@ GRACE = 20.0
 
 
 async def run_config(runner: Runner, cases: list[Case], index: int) -> dict[str, dict[str, Any]]:
-    """Run the clients of one offered load one after the other."""
+    """Run the clients of one offered load in alternating rounds (A B C, then C B A, ...),
+    each round on a fresh stream; every client's samples are pooled over its rounds."""
+    rounds = max(1, runner.settings.e2e_rounds)
+    per_round: dict[str, list[dict[str, Any]]] = {c.id: [] for c in cases}
+    errors: dict[str, str] = {}
+    for r in range(rounds):
+        for case in cases if r % 2 == 0 else list(reversed(cases)):
+            if case.id in errors:
+                continue
+            try:
+                result = await run_case(runner, case, index, case.count // rounds)
+            except Exception as exc:  # a setup failure is reported with the case, not fatal
+                result = {"error": f"{exc.__class__.__name__}: {exc}"}
+            if "error" in result:
+                errors[case.id] = result["error"]
+            else:
+                per_round[case.id].append(result)
     out: dict[str, dict[str, Any]] = {}
     for case in cases:
-        try:
-            out[case.id] = await run_case(runner, case, index)
-        except Exception as exc:  # a setup failure is reported with the case, not fatal
-            out[case.id] = {"error": f"{exc.__class__.__name__}: {exc}"}
+        if case.id in errors:
+            out[case.id] = {"error": errors[case.id]}
+            continue
+        done = per_round[case.id]
+        samples = [x for r in done for x in r["samples_us"]]
+        count = sum(r["count"] for r in done)
+        out[case.id] = {
+            "count": count,
+            "arrived": len(samples),
+            "errors": count - len(samples),
+            "offered_rate": case.rate,
+            "achieved_send_rate": min(r["achieved_send_rate"] for r in done),
+            "publish_errors": sum(r["publish_errors"] for r in done),
+            "reader_cpu_us_per_msg": sum(r["reader_cpu_us_per_msg"] for r in done) / len(done),
+            "rounds": len(done),
+            "p99_ms_per_round": [
+                round(percentiles([x / 1e6 for x in r["samples_us"]])["p99_ms"], 3) for r in done
+            ],
+            **percentiles([x / 1e6 for x in samples]),
+        }
     return out
 
 
@@ -81,13 +113,14 @@ async def _subscribed(ready: Path, reader: asyncio.Task[Any]) -> None:
         await asyncio.sleep(0.02)
 
 
-async def run_case(runner: Runner, case: Case, index: int) -> dict[str, Any]:
-    """One end-to-end case on a fresh stream; the stream is deleted afterwards."""
+async def run_case(runner: Runner, case: Case, index: int, count: int) -> dict[str, Any]:
+    """One round of an end-to-end case (``count`` timed messages) on a fresh stream; the
+    stream is deleted afterwards. Returns the round's latency samples (µs)."""
     settings = runner.settings
     if case.client == plan.E2E_GO and runner.go_binary is None:
         return {"error": runner.go_missing or "Go peer not built"}
     warm = int(case.rate * settings.e2e_warmup_seconds)
-    total = warm + case.count
+    total = warm + count
     run_seconds = total / case.rate
     deadline = run_seconds + GRACE
     limit = READY_WAIT + deadline + 60
@@ -146,14 +179,10 @@ async def run_case(runner: Runner, case: Case, index: int) -> dict[str, Any]:
         return {"error": f"publisher: {publisher['error']}"}
     if "error" in reader:
         return {"error": f"reader: {reader['error']}"}
-    samples = reader.get("samples_us") or []
     return {
-        "count": case.count,
-        "arrived": len(samples),
-        "errors": case.count - len(samples),
-        "offered_rate": case.rate,
+        "count": count,
+        "samples_us": reader.get("samples_us") or [],
         "achieved_send_rate": publisher.get("achieved_send_rate", 0.0),
         "publish_errors": publisher.get("errors", 0),
         "reader_cpu_us_per_msg": reader.get("cpu_us_per_msg", 0.0),
-        **percentiles([x / 1e6 for x in samples]),
     }

@@ -83,11 +83,14 @@ def table(cases: list[Record]) -> list[str]:
         "### End-to-end latency at fixed offered load (ms, from each message's scheduled "
         f"send time to its arrival at a reader in another process; chart: `{CHART}`)",
         "",
-        "LEADER acks, 1 partition, RF 1, a fresh stream per case. Every message carries "
+        "LEADER acks, 1 partition, RF 1, a fresh stream per round. Every message carries "
         "its scheduled send time (wall clock; publisher and reader share the machine); "
         "the reader subtracts it from the time it received the message, so a stall of the "
-        "publisher, the servers or the reader all count (no coordinated omission). Each "
-        "case first sends a warm-up at the same rate that is not timed. **ours subscribe** "
+        "publisher, the servers or the reader all count (no coordinated omission). The "
+        "clients of one load run in alternating rounds (A B C D, then D C B A, ...) and "
+        "each client's samples are pooled over its rounds, so a stall of the shared "
+        "machine falls on every client alike; each round first sends a warm-up at the "
+        "same rate that is not timed. **ours subscribe** "
         "= our `Publisher.publish_async`, read with `Client.subscribe` (`async for`); "
         "**ours consumer** = the same publisher, read by one consumer-group member "
         "(`async for` over `Client.consumer`); **go-liftbridge** = `PublishAsync` and "

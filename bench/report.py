@@ -822,8 +822,9 @@ def _machine_section(meta: Record) -> list[str]:
         f"{s['latency_seconds']:.0f} s per load and client in {s.get('latency_rounds', 1)} "
         "alternating rounds; "
         + (
-            f"end-to-end latency {s['e2e_seconds']:g} s per load and client after "
-            f"{s.get('e2e_warmup_seconds', 0):g} s of warm-up; "
+            f"end-to-end latency {s['e2e_seconds']:g} s per load and client in "
+            f"{s.get('e2e_rounds', 1)} alternating round(s), each after "
+            f"{s.get('e2e_warmup_seconds', 0):g} s of warm-up, pooled; "
             if "e2e_seconds" in s
             else ""
         )

@@ -627,6 +627,7 @@ async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> di
                 "e2e_rates": list(settings.e2e_rates),
                 "e2e_seconds": settings.e2e_seconds,
                 "e2e_warmup_seconds": settings.e2e_warmup_seconds,
+                "e2e_rounds": settings.e2e_rounds,
                 "rounds": settings.rounds,
                 "subscribe_count": settings.subscribe_count,
                 "fanout_partitions": list(settings.fanout_partitions),

@@ -24,7 +24,7 @@ from bench import plan  # noqa: E402
 from bench.cli import _parser, settings_from  # noqa: E402
 
 ARGS = ["--quick", "--count", "300", "--warmup", "50", "--subscribe-count", "300",
-        "--latency-seconds", "0.5"]  # fmt: skip
+        "--latency-seconds", "0.5", "--e2e-seconds", "0.5"]  # fmt: skip
 
 pytestmark = [
     pytest.mark.slow,
