@@ -1,7 +1,8 @@
 """The blocking Publisher: the async one on the shared loop, fed through a handoff.
 
 ``publish_async`` puts the message in a :class:`~._handoff.Handoff` and returns a
-:class:`concurrent.futures.Future`; on the loop, the handoff's drain gives each message
+:class:`concurrent.futures.Future` (a :class:`~._future.LazyFuture`, cheap while nobody
+waits on it); on the loop, the handoff's drain gives each message
 to the async publisher's ``publish`` (not awaited: it sends at once and returns the
 ack's future) and the ack future's done-callback settles the caller's future. ``publish`` takes the same way with a lighter one-shot
 :class:`~._waiter.Waiter` in place of the future, since only its caller waits on it.
@@ -33,6 +34,7 @@ from .._publisher import (
 from .._publisher import Publisher as AsyncPublisher
 from .._transport import PublishTransport
 from ._bridge import run
+from ._future import LazyFuture
 from ._handoff import Handoff
 from ._portal import check_blocking_allowed, on_close, portal_loop, shared_portal, submit, wait
 from ._waiter import Waiter
@@ -287,7 +289,7 @@ class Publisher(Generic[V, K]):
         frees or the deadline passes). The future gives what :meth:`publish` would
         return or raise.
         """
-        future: AckFuture = concurrent.futures.Future()
+        future: AckFuture = LazyFuture()
         self._put(
             (
                 future,
@@ -322,7 +324,7 @@ class Publisher(Generic[V, K]):
     ) -> concurrent.futures.Future[Ack | None]:
         """Publish to a partition of ``stream``; return the future of its ack (see
         :meth:`liftbridge_nats.Publisher.publish_to_stream_async`)."""
-        future: AckFuture = concurrent.futures.Future()
+        future: AckFuture = LazyFuture()
         self._put(
             (
                 future,
@@ -400,7 +402,7 @@ class Publisher(Generic[V, K]):
         :class:`~liftbridge_nats.AckTimeoutError` after ``timeout`` seconds."""
         check_blocking_allowed("liftbridge_nats.sync.Publisher.flush()", "Publisher.flush")
         # A marker through the handoff: the messages queued before it go first.
-        future: AckFuture = concurrent.futures.Future()
+        future: AckFuture = concurrent.futures.Future()  # waited on at once: no LazyFuture
         marker = (future, time.monotonic(), _FLUSH, "", None, None)
         self._put((*marker, None, AckPolicy.LEADER, None, None, timeout, None))
         wait(future)
