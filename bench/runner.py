@@ -55,6 +55,7 @@ _PY_ACTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("memory", plan.OURS): ("ours", "memory"),
     ("publish", plan.SYNC_PUBLISH_ASYNC): ("ours", "sync_publish_async"),
     ("publish", plan.SYNC_THREADS_16): ("ours", "sync_threads"),
+    ("publish", plan.SYNC_THREADS_16_ONE_CORE): ("ours", "sync_threads"),
     ("portal", plan.PORTAL_CALL): ("ours", "portal_call"),
 }
 # How many tasks loop on awaiting a publish in the services' pattern and its ceiling
@@ -66,11 +67,13 @@ _TASKS = {
     plan.BARE_TASKS_1000: 1000,
     plan.GO_TASKS_100: 100,
     plan.SYNC_THREADS_16: 16,
+    plan.SYNC_THREADS_16_ONE_CORE: 16,
     plan.GO_TASKS_16: 16,
 }
 # What the telemetry variants of ours add to their spec (see bench.clients.ours.publish
 # and bench.worker).
 _VARIANTS: dict[str, dict[str, Any]] = {
+    plan.SYNC_THREADS_16_ONE_CORE: {"one_core": True},
     plan.OURS_NO_OTEL: {"block_imports": ["opentelemetry"]},
     plan.OURS_TRACED: {"telemetry": "sdk"},
     plan.OURS_MSGSPEC: {"serializer": "msgspec"},

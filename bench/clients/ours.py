@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import secrets
 import sys
 import time
@@ -490,6 +491,9 @@ def sync_threads(spec: dict[str, Any]) -> dict[str, Any]:
     policy = AckPolicy[spec["ack"]]
     subject = spec["subject"]
     workers = spec["tasks"]
+    if spec.get("one_core"):
+        # Before the loop's thread and the workers start: every thread inherits it.
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     with Publisher(spec["nats_url"], ack_timeout=spec.get("timeout", PUBLISH_ACK_TIMEOUT)) as pub:
 
         def run(n: int) -> int:
