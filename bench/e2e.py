@@ -44,7 +44,7 @@ async def run_config(runner: Runner, cases: list[Case], index: int) -> dict[str,
     per_round: dict[str, list[dict[str, Any]]] = {c.id: [] for c in cases}
     errors: dict[str, str] = {}
     for r in range(rounds):
-        for case in cases if r % 2 == 0 else list(reversed(cases)):
+        for case in plan.round_order(cases, r):
             if case.id in errors:
                 continue
             try:
@@ -72,12 +72,16 @@ async def run_config(runner: Runner, cases: list[Case], index: int) -> dict[str,
             "publish_errors": sum(r["publish_errors"] for r in done),
             "reader_cpu_us_per_msg": sum(r["reader_cpu_us_per_msg"] for r in done) / len(done),
             "rounds": len(done),
-            "p99_ms_per_round": [
-                round(percentiles([x / 1e6 for x in r["samples_us"]])["p99_ms"], 3) for r in done
-            ],
+            "p99_ms_per_round": [_round_p99(r["samples_us"]) for r in done],
             **percentiles([x / 1e6 for x in samples]),
         }
     return out
+
+
+def _round_p99(samples_us: list[int]) -> float | None:
+    """One round's p99 in ms (None when nothing arrived in it)."""
+    p99 = percentiles([x / 1e6 for x in samples_us]).get("p99_ms")
+    return None if p99 is None else round(p99, 3)
 
 
 def _worker(action: str, spec: dict[str, Any], uvloop: bool) -> list[str]:

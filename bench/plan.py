@@ -178,6 +178,12 @@ def publish_clients(
     return clients
 
 
+def round_order(cases: list[Case], round_index: int) -> list[Case]:
+    """The clients of one configuration in the order of a round: as listed in even
+    rounds, reversed in odd ones (A B C, then C B A), so none always runs first."""
+    return cases if round_index % 2 == 0 else cases[::-1]
+
+
 def build(settings: Settings) -> list[Case]:
     """Every case of a run, in execution order."""
     cases: list[Case] = []

@@ -374,7 +374,7 @@ class Runner:
         try:
             await self.streams.create(shared, 1, 1)
             for r in range(rounds):
-                for c in cases if r % 2 == 0 else list(reversed(cases)):
+                for c in plan.round_order(cases, r):
                     if c.id in errors:
                         continue
                     spec = {
@@ -466,7 +466,7 @@ class Runner:
             self.speed_probes.append(probe)
             # Printed as well: a run stopped before its end writes no results.json.
             _log(f"  machine speed probe: {probe:.0f} ms ({cases[0].config}, round {r + 1})")
-            for c in cases if r % 2 == 0 else list(reversed(cases)):
+            for c in plan.round_order(cases, r):
                 if r and c.client in plan.SEQUENTIAL_CLIENTS:
                     # One message in flight: ~30 s per run and far behind; once is enough.
                     continue

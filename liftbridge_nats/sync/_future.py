@@ -52,29 +52,31 @@ class LazyFuture(concurrent.futures.Future[T]):
         with _guard:
             return self.__dict__.setdefault("_condition", threading.Condition())
 
+    def _settled_quietly(self, result: Any, exception: BaseException | None) -> bool:
+        """Settle without a condition if none was built: True when done so."""
+        if "_condition" in self.__dict__:
+            return False
+        with _guard:
+            # Nobody waits and no callback is registered: both need the condition.
+            # (Settled already: the stock method raises, outside the lock.)
+            if "_condition" not in self.__dict__ and self._state == PENDING:
+                self._result = result
+                self._exception = exception
+                self._state = FINISHED
+                return True
+        return False
+
     def set_result(self, result: T) -> None:
         """Settle with ``result`` (:class:`~concurrent.futures.InvalidStateError` if
         already settled or cancelled)."""
-        if "_condition" not in self.__dict__:
-            with _guard:
-                # Nobody waits and no callback is registered: both need the condition.
-                # (Settled already: the stock method raises, outside the lock.)
-                if "_condition" not in self.__dict__ and self._state == PENDING:
-                    self._result = result
-                    self._state = FINISHED
-                    return
-        super().set_result(result)
+        if not self._settled_quietly(result, None):
+            super().set_result(result)
 
     def set_exception(self, exception: BaseException | None) -> None:
         """Settle with ``exception`` (:class:`~concurrent.futures.InvalidStateError`
         if already settled or cancelled)."""
-        if "_condition" not in self.__dict__:
-            with _guard:
-                if "_condition" not in self.__dict__ and self._state == PENDING:
-                    self._exception = exception
-                    self._state = FINISHED
-                    return
-        super().set_exception(exception)
+        if not self._settled_quietly(None, exception):
+            super().set_exception(exception)
 
     def done(self) -> bool:
         """True once settled or cancelled."""

@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench import e2e as e2e_runs  # noqa: E402
 from bench import e2e_report, plan, report  # noqa: E402
 from bench.clients import e2e  # noqa: E402
 from bench.settings import Settings  # noqa: E402
@@ -174,3 +175,11 @@ def _meta() -> dict[str, Any]:
             "go_window": 16384,
         },
     }
+
+
+def test_a_round_where_nothing_arrived_has_no_p99_and_rounds_alternate() -> None:
+    assert e2e_runs._round_p99([]) is None
+    assert e2e_runs._round_p99([1_000, 2_000, 3_000]) == 3.0
+    cases = plan.build(Settings.quick_preset(Path(".")))[:3]
+    assert plan.round_order(cases, 0) == cases
+    assert plan.round_order(cases, 1) == cases[::-1]
