@@ -34,8 +34,20 @@ typecheck: venv
 unit: venv
 	$(PY) -m pytest tests/unit -q
 
+# Two pytest processes side by side, each with its own servers: the Spark tests (mostly
+# waiting for JVMs to start) with the fault tests (mostly waiting for servers to die and
+# come back), and the rest. The side run's output follows the main run's; the target
+# fails if either fails.
+SIDE_TESTS := tests/spark tests/faults
+
 test: servers lint typecheck
-	$(PY) -m pytest -q -W error --ignore=tests/containers
+	@log="$$(mktemp)"; \
+	echo "[test] $(SIDE_TESTS) run beside the other tests; their output follows"; \
+	$(PY) -m pytest -q -W error -p no:cacheprovider $(SIDE_TESTS) >"$$log" 2>&1 & side=$$!; \
+	$(PY) -m pytest -q -W error $(foreach t,containers $(SIDE_TESTS:tests/%=%),--ignore=tests/$(t)); \
+	main_rc=$$?; wait $$side; side_rc=$$?; \
+	echo "[test] $(SIDE_TESTS):"; cat "$$log"; rm -f "$$log"; \
+	test $$main_rc -eq 0 && test $$side_rc -eq 0
 
 # The publisher's integration and fault tests on nats-py's public API (the fast path off),
 # with the newest nats-py. (`make test` runs them on the fast path; `make test-release`
