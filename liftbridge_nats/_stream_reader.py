@@ -370,6 +370,75 @@ class StreamReader:
         self._count()  # drained: the consumer has caught up
         return None
 
+    def take_protos(self, limit: int) -> list[api_pb2.Message]:
+        """Up to ``limit`` buffered messages, in order, as parsed protobufs: what
+        :meth:`get` would return, without building a :class:`Message` of each (for
+        readers that copy the fields elsewhere at once, such as the Spark source).
+
+        Flow control, the read metrics and the skip of replayed offsets are those of
+        :meth:`get`. It stops before the end of the call, left for :meth:`get` to
+        report; a reader with deserializers refuses (they apply to messages only).
+        """
+        if self._delivery is not None:
+            raise RuntimeError("take_protos() cannot apply deserializers")
+        out: list[api_pb2.Message] = []
+        append = out.append
+        buffer = self._buffer
+        popleft = buffer.popleft
+        skip = self._skip_through
+        half = self._max_messages // 2
+        while buffer and len(out) < limit and type(buffer[0]) is bytes:
+            if not self._opened or self._need:
+                # The handshake, or a message arriving in pieces: as get() does.
+                body = popleft()
+                assert type(body) is bytes  # (the loop's condition)
+                cost = len(body) + _PREFIX
+                self._owed += cost
+                self._owed_count += 1
+                pb = _parse(body) if self._opened else None
+                if pb is not None and pb.offset > skip:
+                    append(pb)
+                else:
+                    self._opened = True
+                    self._counted += 1
+                    self._counted_bytes += cost
+                if self._need:
+                    if cost >= self._need:
+                        self._need = 0
+                    elif not buffer:
+                        self._grant()
+                if self._owed >= self._grant_at:
+                    self._grant()
+                continue
+            # get()'s bookkeeping with the counters in locals, up to the next message
+            # after which get() would grant (_grant declines while the buffer holds
+            # more than half of max_messages).
+            owed, count, grant_at = self._owed, self._owed_count, self._grant_at
+            left = limit - len(out)
+            while True:
+                body = popleft()
+                if type(body) is not bytes:
+                    buffer.appendleft(body)  # the end of the call: get() reports it
+                    break
+                cost = len(body) + _PREFIX
+                owed += cost
+                count += 1
+                pb = _parse(body)
+                if pb.offset > skip:
+                    append(pb)
+                    left -= 1
+                else:  # replayed after a resubscription: not for the read metrics
+                    self._counted += 1
+                    self._counted_bytes += cost
+                if not left or not buffer or (owed >= grant_at and len(buffer) <= half):
+                    break
+            self._owed, self._owed_count = owed, count
+            if owed >= grant_at:
+                self._grant()
+        if not buffer:
+            self._count()
+        return out
+
     def _count(self) -> None:
         """Add the messages taken since the last count to the read metrics.
 

@@ -250,7 +250,8 @@ class Subscription(Generic[V, K]):
 
     (``take_many``, ``buffered``, ``streaming``, ``handed_over``, ``ensure_open``,
     ``defer_error``, ``peek_offset`` and ``abandon`` serve the package's
-    :class:`~liftbridge_nats.Consumer`; iterate instead.)
+    :class:`~liftbridge_nats.Consumer`, ``take_protos`` and ``wait_buffered`` its
+    Spark source; iterate instead.)
     """
 
     def __init__(
@@ -442,6 +443,51 @@ class Subscription(Generic[V, K]):
         if self._stop_offset is not None and offset >= self._stop_offset:
             self._done = True
             self._drop_reader()
+
+    # ------------------------------------------------------------------ protobufs
+    # What the Spark source reads through: the fields go straight into its columns.
+
+    def take_protos(self, limit: int) -> list[api_pb2.Message]:
+        """Up to ``limit`` buffered messages as parsed protobufs, without waiting: what
+        iterating would deliver (in order, replayed offsets skipped, nothing past the
+        stop offset), without building a :class:`Message` of each. An empty list: none
+        is buffered (:meth:`wait_buffered`), or the iteration is over (:attr:`closed`).
+        Errors are raised as ``__anext__`` raises them. No deserializers."""
+        if limit < 1:
+            return []
+        reader = self._reader
+        if reader is None or self._error is not None:
+            message = self._take()  # raises the deferred error, if any
+            assert message is None, message
+            return []
+        out = reader.take_protos(limit)
+        if not out:
+            # Nothing buffered, or the end of the stream: _take decides what follows.
+            message = self._take()
+            assert message is None, message
+            return out
+        stop = self._stop_offset
+        if stop is not None and out[-1].offset >= stop:
+            for i, pb in enumerate(out):
+                if pb.offset >= stop:
+                    del out[i + 1 :]
+                    break
+            self._passed(out[-1].offset)
+        else:
+            self._last_offset = out[-1].offset
+            self._outage = None
+        return out
+
+    async def wait_buffered(self) -> None:
+        """Return once :meth:`take_protos` may have something (subscribing again
+        first if the stream ended); at once when the iteration is over."""
+        if self._error is not None or self._done:
+            return
+        reader = self._reader
+        if reader is None:
+            await self._open(first=not self._started)
+        else:
+            await reader.wait()
 
     # ------------------------------------------------------------------ PartitionFeed
     # What a consumer's fetcher reads a partition through (see ._read_transport).

@@ -15,13 +15,13 @@ from collections.abc import Iterator
 from liftbridge_nats import (
     BrokerUnavailableError,
     Client,
-    Message,
     NotConnectedError,
     RpcTimeoutError,
     StartPosition,
     StopPosition,
     Subscription,
 )
+from liftbridge_nats._proto import api_pb2
 from liftbridge_nats.sync import _portal
 
 from . import _connections
@@ -120,9 +120,9 @@ class PartitionReader:
         else:
             await self._subscribe(self._next)
 
-    def _take(self, msg: Message, out: Columns) -> None:
-        """Add ``msg`` to ``out`` unless it lies past the range; note gaps before it."""
-        offset, until = msg.offset, self._rng.until_offset
+    def _take(self, pb: api_pb2.Message, out: Columns) -> None:
+        """Add ``pb`` to ``out`` unless it lies past the range; note gaps before it."""
+        offset, until = pb.offset, self._rng.until_offset
         if offset < self._next:
             return  # delivered already (the subscription drops these itself, too)
         if offset != self._next:
@@ -131,39 +131,40 @@ class PartitionReader:
             self.done = True
             return
         self._next = offset + 1
-        out.add(msg)
+        out.add_protos((pb,))
         if self._next >= until:
             self.done = True
 
     async def _fill(self, sub: Subscription, out: Columns, size: int) -> None:
         """Read into ``out`` until it holds ``size`` messages or the range ends."""
-        # The loop runs once per message: locals, and one comparison on the usual path
-        # (the next offset, inside the range); anything else goes through _take.
+        # The subscription hands over what it has buffered, parsed but not built into
+        # Messages; the fields go straight into the columns. One check per batch on the
+        # usual path (the offsets that come next, all inside the range); anything else
+        # goes message by message through _take.
         until = self._rng.until_offset
-        expected = self._next
-        add = out.add
-        receive = sub.__anext__
-        try:
-            for _ in range(size - len(out)):
-                try:
-                    msg = await receive()
-                except StopAsyncIteration:
-                    self._next = expected
-                    if expected < until:
+        take = sub.take_protos
+        while (want := size - len(out)) > 0:
+            pbs = take(want)
+            if not pbs:
+                if sub.closed:
+                    if self._next < until:
                         self._gap(until)
                     self.done = True
                     return
-                if msg.offset == expected and expected < until - 1:
-                    add(msg)
-                    expected += 1
-                    continue
-                self._next = expected
-                self._take(msg, out)
-                expected = self._next
+                await sub.wait_buffered()
+                continue
+            expected = self._next
+            n = len(pbs)
+            last = expected + n - 1
+            # Offsets only grow: the first and the last in place means all are.
+            if pbs[0].offset == expected and pbs[-1].offset == last and last < until - 1:
+                out.add_protos(pbs, expected)
+                self._next = last + 1
+                continue
+            for pb in pbs:
+                self._take(pb, out)
                 if self.done:
                     return
-        finally:
-            self._next = expected
 
     async def chunk(self, size: int) -> Columns:
         """Up to ``size`` more messages of the range; sets :attr:`done` at its end."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any, cast
 
 import pyarrow as pa
 import pytest
@@ -75,3 +76,53 @@ def test_unknown_column_is_refused() -> None:
     schema = pa.schema([pa.field("nope", pa.int64())])
     with pytest.raises(ValueError, match="no column 'nope'"):
         _columns().to_batch(schema)
+
+
+def _protos() -> list[Any]:
+    from liftbridge_nats._proto import api_pb2
+
+    return [
+        api_pb2.Message.FromString(api_pb2.Message(**fields).SerializeToString())
+        for fields in cast(
+            tuple[dict[str, Any], ...],
+            (
+                {"offset": 10, "value": b"a", "subject": "orders.2", "timestamp": NS},
+                {"offset": 11, "headers": {"subject": b"orders.2", "reply": b""}, "key": b"k"},
+                {"offset": 12, "headers": {"reply": b"r"}, "value": b"v", "replySubject": "r"},
+                {"offset": 13, "headers": {"subject": b"s", "h": b"1"}},
+                {"offset": 14, "headers": {"a": b"", "b": b"\xff", "reply": b""}, "key": b""},
+                {"offset": 15, "headers": {"h": b"2"}, "timestamp": NS + 5000},
+            ),
+        )
+    ]
+
+
+def test_protos_fill_the_columns_as_their_messages_do() -> None:
+    from liftbridge_nats.wire import message_from_proto
+
+    schema = arrow_read_schema(read_schema(True))
+    from_protos = Columns("orders", 2)
+    from_protos.add_protos(_protos())
+    from_messages = Columns("orders", 2)
+    for pb in _protos():
+        from_messages.add(message_from_proto(pb))
+    assert len(from_protos) == 6
+    for name in Columns.__slots__:
+        assert getattr(from_protos, name) == getattr(from_messages, name), name
+    assert from_protos.to_batch(schema).equals(from_messages.to_batch(schema))
+    # Offsets known to run on without a gap (10 to 15) are not read one by one.
+    in_runs = Columns("orders", 2)
+    in_runs.add_protos(_protos()[:4], 10)
+    in_runs.add_protos(_protos()[4:], 14)
+    assert in_runs.to_batch(schema).equals(from_messages.to_batch(schema))
+    rows = from_protos.to_batch(schema).to_pylist()
+    # (A protobuf map keeps no order.)
+    assert [sorted(r["headers"]) for r in rows] == [
+        [],
+        [],
+        [],
+        [("h", b"1")],
+        [("a", b""), ("b", b"\xff")],
+        [("h", b"2")],
+    ]
+    assert [r["key"] for r in rows] == [None, b"k", None, None, None, None]

@@ -720,3 +720,164 @@ async def test_a_key_the_deserializer_refuses_names_the_key() -> None:
     assert (caught.value.offset, caught.value.what) == (0, "key")
     ok = cast(Decoded, await take(reader))
     assert (ok.value, ok.key) == (b"w", "ok")  # the value has no deserializer: bytes
+
+
+# ---------------------------------------------------------------------- parsed protobufs
+
+
+async def take_protos(reader: StreamReader, n: int, limit: int = 7) -> list[api_pb2.Message]:
+    """``n`` messages through take_protos, ``limit`` at most per take."""
+    out: list[api_pb2.Message] = []
+    async with asyncio.timeout(5):
+        while len(out) < n:
+            got = reader.take_protos(min(limit, n - len(out)))
+            assert len(got) <= limit
+            if not got:
+                await reader.wait()
+            out.extend(got)
+    return out
+
+
+async def test_take_protos_hands_over_what_get_would_then_leaves_the_end() -> None:
+    pair = Pair()
+    reader, stream_id = pair.call(skip_through=5)
+    pair.server.respond(stream_id)
+    bodies = [pb(i, b"%d" % i, key=b"k" if i % 2 else b"") for i in range(3, 300)]
+    pair.server.send(stream_id, HANDSHAKE, *bodies)
+    pair.server.finish(stream_id)
+    pair.pump()
+    # The handshake and the replayed offsets 3 to 5 are dropped.
+    got = await take_protos(reader, 294)
+    assert [p.offset for p in got] == list(range(6, 300))
+    assert [message_from_proto(p) for p in got] == [
+        message_from_proto(api_pb2.Message.FromString(body)) for body in bodies[3:]
+    ]
+    # The end of the call stays for get() to report.
+    assert reader.take_protos(10) == []
+    end = reader.get()
+    assert isinstance(end, StreamEnd) and end.error is None
+    assert reader.get() is None
+
+
+async def test_take_protos_counts_as_get_does() -> None:
+    pair = Pair()
+    cell = ReadCell()
+    reader, stream_id = await opened(pair, Delivery(cell), skip_through=1)
+    bodies = [pb(i, b"x" * i, key=b"key") for i in range(6)]
+    pair.server.send(stream_id, *bodies)
+    pair.pump()
+    assert [p.offset for p in reader.take_protos(2)] == [2, 3]
+    assert cell.messages <= 2  # never ahead of what was taken
+    assert [p.offset for p in reader.take_protos(10)] == [4, 5]  # drained: counted
+    assert (cell.messages, cell.bytes) == (4, sum(map(len, bodies[2:])))
+    more = [pb(i, b"y" * 100) for i in range(6, 106)]
+    pair.server.send(stream_id, *more)
+    pair.pump()
+    assert [p.offset for p in reader.take_protos(3)] == [6, 7, 8]
+    reader.cancel()
+    assert (cell.messages, cell.bytes) == (7, sum(map(len, bodies[2:] + more[:3])))
+
+
+@pytest.mark.parametrize("limit", [1, 10, 1000])
+async def test_take_protos_keeps_the_read_ahead_bound(limit: int) -> None:
+    pair = Pair()
+    max_bytes = 64 * 1024
+    reader, stream_id = await opened(pair, max_bytes=max_bytes)
+    bodies = [pb(i, b"b" * 1000) for i in range(1000)]
+    pair.server.send(stream_id, *bodies)
+    sizes = [len(grpc_message(body)) for body in bodies]
+    taken = len(grpc_message(HANDSHAKE))
+    got: list[int] = []
+    async with asyncio.timeout(10):
+        while len(got) < len(bodies):
+            pair.pump()
+            await asyncio.sleep(0)  # let a grant go out
+            pair.pump()
+            ahead = pair.server.sent[stream_id] - taken
+            assert ahead <= max_bytes
+            assert reader.read_ahead_limit <= max_bytes
+            batch = [p.offset for p in reader.take_protos(limit)]
+            taken += sum(sizes[o] for o in batch)
+            got.extend(batch)
+            if not batch:
+                await reader.wait()
+    assert got == list(range(1000))
+
+
+async def test_take_protos_refuses_a_reader_with_deserializers() -> None:
+    pair = Pair()
+    reader, _ = await opened(pair, Delivery(None, StringDeserializer()))
+    with pytest.raises(RuntimeError, match="deserializers"):
+        reader.take_protos(1)
+
+
+class Recorder(CallHandle):
+    def __init__(self) -> None:
+        self.grants: list[int] = []
+
+    def grant(self, increment: int) -> None:
+        self.grants.append(increment)
+
+    def cancel(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("limit", [1, 3, 64, 5000])
+@pytest.mark.parametrize("seed", [1, 2])
+async def test_take_protos_grants_and_counts_exactly_as_get(limit: int, seed: int) -> None:
+    """Fed the same bursts, a reader taken from with take_protos grants the same
+    increments at the same points and counts the same as one taken from with get()."""
+    rng = random.Random(seed)
+    bodies = [HANDSHAKE] + [pb(i, b"s" * rng.randrange(0, 3000)) for i in range(3000)]
+    bursts: list[list[bytes]] = []
+    i = 0
+    while i < len(bodies):
+        n = rng.choice([1, 5, 20, 60, 300])
+        bursts.append(bodies[i : i + n])
+        i += n
+    takes = [rng.choice([1, 7, 40, 300]) for _ in bursts]
+
+    def reader() -> tuple[StreamReader, Recorder, ReadCell]:
+        cell = ReadCell()
+        r = StreamReader(
+            skip_through=10, max_messages=256, max_bytes=64 * 1024, delivery=Delivery(cell)
+        )
+        handle = Recorder()
+        r.attach(handle)
+        return r, handle, cell
+
+    by_get, get_handle, get_cell = reader()
+    by_protos, protos_handle, protos_cell = reader()
+    got: list[int] = []
+    got_protos: list[int] = []
+    for burst, want in zip(bursts, takes, strict=True):
+        for body in burst:
+            by_get.h2_append(body)
+            by_protos.h2_append(body)
+        # Take up to ``want`` messages from each, in slices of ``limit``.
+        start = len(got)
+        while len(got) - start < want:
+            item = by_get.get()
+            if item is None:
+                break
+            if isinstance(item, Message):
+                got.append(item.offset)
+        taken = 0
+        while taken < want:
+            batch = by_protos.take_protos(min(limit, want - taken))
+            if not batch and not by_protos.buffered:
+                break
+            if not batch:  # only the handshake or replayed offsets were taken
+                continue
+            taken += len(batch)
+            got_protos.extend(p.offset for p in batch)
+        assert got_protos == got
+    while (item := by_get.get()) is not None:
+        got.append(cast(Message, item).offset)
+    while batch := by_protos.take_protos(limit):
+        got_protos.extend(p.offset for p in batch)
+    assert got == got_protos == list(range(11, 3000))
+    assert len(get_handle.grants) > 20
+    assert protos_handle.grants == get_handle.grants
+    assert (protos_cell.messages, protos_cell.bytes) == (get_cell.messages, get_cell.bytes)
+    assert by_protos.read_ahead_limit == by_get.read_ahead_limit

@@ -73,16 +73,21 @@ async def test_new_only_sees_what_comes_after_start() -> None:
 
 
 @pytest.mark.parametrize("end", [NOT_LEADER, UNAVAILABLE], ids=["not-leader", "unavailable"])
-async def test_a_broken_stream_resubscribes_after_the_last_delivered(end: ServerEnd) -> None:
+@pytest.mark.parametrize("reading", ["messages", "protos"])
+async def test_a_broken_stream_resubscribes_after_the_last_delivered(
+    end: ServerEnd, reading: str
+) -> None:
+    # Iterating and take_protos (the Spark source's way) resubscribe alike.
+    read = take if reading == "messages" else take_protos
     reads = MemoryReads()
     reads.extend("s", [b"x"] * 5)
     async with subscribe(reads, start_position=StartPosition.EARLIEST) as sub:
-        assert await take(sub, 3) == [0, 1, 2]
+        assert await read(sub, 3) == [0, 1, 2]
         reads.move_leader()
         assert reads.end_calls("s", end) == 1
         reads.extend("s", [b"y"] * 2)
         # 3 and 4 were read ahead before the break: they come first, then the new call.
-        assert await take(sub, 4) == [3, 4, 5, 6]  # no gap, no duplicate
+        assert await read(sub, 4) == [3, 4, 5, 6]  # no gap, no duplicate
         assert sub.resubscribes == 1
     first, second = reads.calls
     assert first.request.startPosition == api_pb2.EARLIEST
@@ -256,3 +261,83 @@ async def test_take_many_hands_over_what_is_buffered_without_waiting() -> None:
         assert feed.take_many(1) == []
         assert feed.streaming
     assert not feed.streaming
+
+
+# ------------------------------------------------------------------ parsed protobufs
+
+
+async def take_protos(sub: Subscription[Any, Any], count: int, limit: int = 3) -> list[int]:
+    """Offsets of ``count`` messages read with take_protos and wait_buffered, as the
+    Spark source reads them (fewer if the iteration ends)."""
+    out: list[int] = []
+    async with asyncio.timeout(2):
+        while len(out) < count:
+            got = sub.take_protos(limit)
+            assert len(got) <= limit
+            if not got:
+                if sub.closed:
+                    break
+                await sub.wait_buffered()
+            out.extend(p.offset for p in got)
+    return out
+
+
+async def test_take_protos_stops_at_the_stop_offset() -> None:
+    reads = MemoryReads()
+    reads.extend("s", [b"m%d" % i for i in range(10)])
+    sub = subscribe(reads, start_offset=3, stop_offset=6)
+    assert await take_protos(sub, 100, limit=100) == [3, 4, 5, 6]
+    assert sub.closed and sub.last_offset == 6
+    assert sub.take_protos(5) == []
+    assert reads.open_calls("s") == 0
+
+
+async def test_take_protos_cuts_a_batch_at_the_stop_offset() -> None:
+    """Whatever the server sends past the stop offset is not delivered."""
+    reads = MemoryReads()
+    reads.extend("s", [b"x"] * 10)
+    sub = subscribe(reads, start_position=StartPosition.EARLIEST, stop_offset=4)
+    original = reads._range
+    reads._range = lambda part, req: (0, None, None)  # type: ignore[method-assign]
+    try:
+        await sub.start()
+        assert await take_protos(sub, 100, limit=100) == [0, 1, 2, 3, 4]
+    finally:
+        reads._range = original  # type: ignore[method-assign]
+    assert sub.closed and sub.last_offset == 4
+
+
+async def test_take_protos_skips_offsets_a_resubscription_replays() -> None:
+    reads = MemoryReads()
+    reads.extend("s", [b"x"] * 4)
+    async with subscribe(reads, start_position=StartPosition.EARLIEST) as sub:
+        assert await take_protos(sub, 3) == [0, 1, 2]
+        reads.end_calls("s", NOT_LEADER)
+        original = reads._range
+        reads._range = lambda part, req: (0, None, None)  # type: ignore[method-assign]
+        try:
+            assert await take_protos(sub, 1) == [3]
+        finally:
+            reads._range = original  # type: ignore[method-assign]
+
+
+async def test_take_protos_raises_the_end_for_good_after_the_messages() -> None:
+    reads = MemoryReads()
+    reads.extend("s", [b"x"] * 2)
+    sub = subscribe(reads, start_position=StartPosition.EARLIEST)
+    assert await take_protos(sub, 2) == [0, 1]
+    reads.end_calls("s", STREAM_DELETED)
+    with pytest.raises(NoSuchStreamError):
+        await take_protos(sub, 1)
+    assert sub.closed
+    assert len(reads.calls) == 1
+
+
+async def test_take_protos_ends_with_a_readonly_partition() -> None:
+    reads = MemoryReads()
+    reads.extend("s", [b"x"] * 2)
+    sub = subscribe(reads, start_position=StartPosition.EARLIEST)
+    assert await take_protos(sub, 2) == [0, 1]
+    reads.end_calls("s", READONLY_END)
+    assert await take_protos(sub, 5) == []
+    assert sub.closed
