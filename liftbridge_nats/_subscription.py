@@ -472,10 +472,7 @@ class Subscription(Generic[V, K]):
                 if pb.offset >= stop:
                     del out[i + 1 :]
                     break
-            self._passed(out[-1].offset)
-        else:
-            self._last_offset = out[-1].offset
-            self._outage = None
+        self._passed(out[-1].offset)
         return out
 
     async def wait_buffered(self) -> None:

@@ -1,13 +1,10 @@
 """A chunk of one partition's messages held as columns, and its Arrow record batch.
 
-A read task gathers thousands of messages per chunk. Kept as ``Message`` objects
-(each with its headers dict), a chunk holds thousands of objects that Python's
-cyclic garbage collector tracks, and it scans them again and again while the chunk
-fills: about a fifth of a read's CPU. The fields themselves (ints, bytes, strings)
-are not tracked, so a chunk keeps those, column by column, and lets each message go
-as soon as it is added. A read task adds them straight from the parsed protobufs
-(:meth:`Columns.add_protos`): building a ``Message`` first, headers dict and all, cost
-as much again as the columns.
+A read task gathers thousands of messages per chunk. Their fields (ints, bytes,
+strings) are copied column by column straight from the parsed protobufs
+(:meth:`Columns.add_protos`): no ``Message`` and no headers dict is built per row, and
+the chunk holds no objects that Python's cyclic garbage collector would scan again and
+again while it fills.
 """
 
 from __future__ import annotations
@@ -15,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from liftbridge_nats import Message
 from liftbridge_nats._proto import api_pb2
 
 __all__ = ["Columns"]
@@ -58,26 +54,10 @@ class Columns:
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def add(self, msg: Message) -> None:
-        """Append the fields of ``msg``."""
-        self.offsets.append(msg.offset)
-        self.keys.append(msg.key)
-        self.values.append(msg.value)
-        self.timestamps.append(msg.timestamp)
-        self.subjects.append(msg.subject)
-        headers = msg.headers
-        # Most messages carry only the server's own headers (or none): skip those.
-        if headers and not headers.keys() <= _SERVER_HEADERS:
-            for k, v in headers.items():
-                if k not in _SERVER_HEADERS:
-                    self.header_keys.append(k)
-                    self.header_values.append(v)
-        self.header_ends.append(len(self.header_keys))
-
     def add_protos(self, pbs: Sequence[api_pb2.Message], first: int | None = None) -> None:
         """Append the fields of messages as Subscribe streams them (see
-        :meth:`Subscription.take_protos`): what :meth:`add` takes from a
-        :class:`Message`, without one being built (nor its headers dict).
+        :meth:`Subscription.take_protos`): those a :class:`Message` would have,
+        without one being built (nor its headers dict), and only the users' headers.
 
         ``first``: the caller knows that the offsets run on from ``first`` without a
         gap, so they are not read one by one.

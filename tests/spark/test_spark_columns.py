@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from itertools import pairwise
 from typing import Any, cast
 
 import pyarrow as pa
@@ -15,21 +16,27 @@ from liftbridge_nats.spark._schema import arrow_read_schema, read_schema
 NS = 1_700_000_000_123_456_789
 
 
-def _messages() -> list[Message]:
-    return [
-        # The server's own headers only: an empty map.
-        Message("orders", 2, 10, b"a", None, NS, "orders.2", "", {"subject": b"orders.2"}),
-        # A user header beside the server's: only the user's is kept.
-        Message("orders", 2, 11, b"b", b"k", NS + 1000, "orders.2", "", {"reply": b"", "h": b"1"}),
-        # No header at all, an empty value.
-        Message("orders", 2, 12, b"", b"k2", NS + 2000, "orders.2"),
-    ]
+def _proto(**fields: Any) -> Any:
+    """A Message as Subscribe streams it (serialized and parsed again)."""
+    from liftbridge_nats._proto import api_pb2
+
+    return api_pb2.Message.FromString(api_pb2.Message(**fields).SerializeToString())
 
 
 def _columns() -> Columns:
     cols = Columns("orders", 2)
-    for msg in _messages():
-        cols.add(msg)
+    cols.add_protos(
+        [
+            # The server's own headers only: an empty map.
+            _proto(offset=10, value=b"a", timestamp=NS, subject="orders.2",
+                   headers={"subject": b"orders.2"}),
+            # A user header beside the server's: only the user's is kept.
+            _proto(offset=11, value=b"b", key=b"k", timestamp=NS + 1000, subject="orders.2",
+                   headers={"reply": b"", "h": b"1"}),
+            # No header at all, an empty value.
+            _proto(offset=12, key=b"k2", timestamp=NS + 2000, subject="orders.2"),
+        ]
+    )  # fmt: skip
     return cols
 
 
@@ -79,10 +86,8 @@ def test_unknown_column_is_refused() -> None:
 
 
 def _protos() -> list[Any]:
-    from liftbridge_nats._proto import api_pb2
-
     return [
-        api_pb2.Message.FromString(api_pb2.Message(**fields).SerializeToString())
+        _proto(**fields)
         for fields in cast(
             tuple[dict[str, Any], ...],
             (
@@ -103,18 +108,28 @@ def test_protos_fill_the_columns_as_their_messages_do() -> None:
     schema = arrow_read_schema(read_schema(True))
     from_protos = Columns("orders", 2)
     from_protos.add_protos(_protos())
-    from_messages = Columns("orders", 2)
-    for pb in _protos():
-        from_messages.add(message_from_proto(pb))
     assert len(from_protos) == 6
-    for name in Columns.__slots__:
-        assert getattr(from_protos, name) == getattr(from_messages, name), name
-    assert from_protos.to_batch(schema).equals(from_messages.to_batch(schema))
+    # Each field as the Message built from the same protobuf has it; of the headers,
+    # only those the server did not add itself.
+    messages: list[Message] = [message_from_proto(pb) for pb in _protos()]
+    assert from_protos.offsets == [m.offset for m in messages]
+    assert from_protos.keys == [m.key for m in messages]
+    assert from_protos.values == [m.value for m in messages]
+    assert from_protos.timestamps == [m.timestamp for m in messages]
+    assert from_protos.subjects == [m.subject for m in messages]
+    user_headers = [
+        {k: v for k, v in m.headers.items() if k not in ("subject", "reply")} for m in messages
+    ]
+    ends = from_protos.header_ends
+    assert [
+        dict(zip(from_protos.header_keys[a:b], from_protos.header_values[a:b], strict=True))
+        for a, b in pairwise(ends)
+    ] == user_headers
     # Offsets known to run on without a gap (10 to 15) are not read one by one.
     in_runs = Columns("orders", 2)
     in_runs.add_protos(_protos()[:4], 10)
     in_runs.add_protos(_protos()[4:], 14)
-    assert in_runs.to_batch(schema).equals(from_messages.to_batch(schema))
+    assert in_runs.to_batch(schema).equals(from_protos.to_batch(schema))
     rows = from_protos.to_batch(schema).to_pylist()
     # (A protobuf map keeps no order.)
     assert [sorted(r["headers"]) for r in rows] == [

@@ -95,19 +95,23 @@ async def test_a_broken_stream_resubscribes_after_the_last_delivered(
     assert (first.address, second.address) == ("memory:0", "memory:1")
 
 
-async def test_a_resubscription_that_replays_delivered_messages_skips_them() -> None:
+@pytest.mark.parametrize("reading", ["messages", "protos"])
+async def test_a_resubscription_that_replays_delivered_messages_skips_them(
+    reading: str,
+) -> None:
     """A new leader may start below the requested offset: the reader drops what the
-    subscription delivered before."""
+    subscription delivered before, iterated or taken as protobufs."""
+    read = take if reading == "messages" else take_protos
     reads = MemoryReads()
     reads.extend("s", [b"x"] * 4)
     async with subscribe(reads, start_position=StartPosition.EARLIEST) as sub:
-        assert await take(sub, 3) == [0, 1, 2]
+        assert await read(sub, 3) == [0, 1, 2]
         reads.end_calls("s", NOT_LEADER)
         # Serve the next call from the beginning, as a lagging leader might.
         original = reads._range
         reads._range = lambda part, req: (0, None, None)  # type: ignore[method-assign]
         try:
-            assert await take(sub, 1) == [3]
+            assert await read(sub, 1) == [3]
         finally:
             reads._range = original  # type: ignore[method-assign]
 
@@ -305,20 +309,6 @@ async def test_take_protos_cuts_a_batch_at_the_stop_offset() -> None:
     finally:
         reads._range = original  # type: ignore[method-assign]
     assert sub.closed and sub.last_offset == 4
-
-
-async def test_take_protos_skips_offsets_a_resubscription_replays() -> None:
-    reads = MemoryReads()
-    reads.extend("s", [b"x"] * 4)
-    async with subscribe(reads, start_position=StartPosition.EARLIEST) as sub:
-        assert await take_protos(sub, 3) == [0, 1, 2]
-        reads.end_calls("s", NOT_LEADER)
-        original = reads._range
-        reads._range = lambda part, req: (0, None, None)  # type: ignore[method-assign]
-        try:
-            assert await take_protos(sub, 1) == [3]
-        finally:
-            reads._range = original  # type: ignore[method-assign]
 
 
 async def test_take_protos_raises_the_end_for_good_after_the_messages() -> None:
