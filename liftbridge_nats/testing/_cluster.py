@@ -481,12 +481,13 @@ class LocalCluster:
 
     def _check_alive(self) -> None:
         self._check_nats_alive()
-        crashed = [p.name for p in self._liftbridge if p.crashed]
+        crashed = [p for p in self._liftbridge if p.crashed]
         if crashed:
+            how = "; ".join(f"{p.name}: {p.exit_summary()}" for p in crashed)
             raise ServerStartError(
-                f"{', '.join(crashed)} exited by itself (see its log below; a port taken "
-                "by another process shows as 'address already in use'). "
-                f"Process logs:\n{self.log_tail()}"
+                f"{', '.join(p.name for p in crashed)} exited by itself ({how}; see the "
+                "log below; a port taken by another process shows as 'address already in "
+                f"use'). Process logs:\n{self.log_tail()}"
             )
         if not any(p.running for p in self._liftbridge):
             raise ServerStartError(
@@ -498,7 +499,8 @@ class LocalCluster:
         assert self._nats is not None
         if self._nats.crashed:
             raise ServerStartError(
-                f"nats-server exited by itself (see its log below). Process logs:\n{self.log_tail()}"
+                f"nats-server exited by itself ({self._nats.exit_summary()}; see its log "
+                f"below). Process logs:\n{self.log_tail()}"
             )
         if not self._nats.running:
             raise ServerStartError(

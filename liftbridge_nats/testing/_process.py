@@ -45,6 +45,34 @@ def tail(path: Path, lines: int) -> str:
         return ""
 
 
+_START_MARK = b"===== liftbridge-nats: starting "
+# How a Go server says why it died: a panic, a runtime fatal error, or a logrus Fatal.
+_DEATH_MARKS = (b"panic: ", b"fatal error: ", b"level=fatal ")
+_REASON_WINDOW = 1 << 20
+
+
+def last_words(path: Path) -> str | None:
+    """The line in which the last run logged to ``path`` says why it died, if any.
+
+    A Go panic ends with its goroutine dump, hundreds of lines long, so a log tail
+    shows stack frames and not the panic; the reason is looked for from the last
+    start mark on (within the log's last MiB).
+    """
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - _REASON_WINDOW))
+            data = fh.read()
+    except FileNotFoundError:
+        return None
+    start = data.rfind(_START_MARK)
+    for line in data[max(start, 0) :].splitlines():
+        if any(mark in line for mark in _DEATH_MARKS):
+            text = line.decode("utf-8", "replace").strip()
+            return text if len(text) <= 500 else text[:500] + "..."
+    return None
+
+
 class ServerProcess:
     """A child process whose stdout and stderr go to ``log_path``.
 
@@ -83,6 +111,18 @@ class ServerProcess:
     def returncode(self) -> int | None:
         """Exit status of the last run, or None while running / never started."""
         return self._popen.poll() if self._popen is not None else None
+
+    def exit_summary(self) -> str:
+        """How the last run exited and, when it logged one, why.
+
+        For example ``exit status 2: panic: ...`` or ``signal 9``; "" while running.
+        """
+        code = self.returncode
+        if code is None:
+            return ""
+        status = f"signal {-code}" if code < 0 else f"exit status {code}"
+        reason = last_words(self.log_path)
+        return f"{status}: {reason}" if reason else status
 
     def start(self) -> None:
         """Start the process (appending to its log file)."""
