@@ -131,7 +131,7 @@ class ServerProcess:
         self.reap()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
-            log.write(f"===== liftbridge-nats: starting {self.name} at {time.ctime()}\n".encode())
+            log.write(_START_MARK + f"{self.name} at {time.ctime()}\n".encode())
             log.flush()
             # A new session keeps a terminal's Ctrl-C away from the servers: the
             # harness stops them itself, in order.

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from liftbridge_nats.testing._process import ServerProcess, last_words
+from liftbridge_nats.testing._process import _START_MARK, ServerProcess, last_words
 
-_START = "===== liftbridge-nats: starting liftbridge n1 at Sat Nov 28 12:32:13 2026\n"
+_START = _START_MARK.decode() + "liftbridge n1 at Sat Nov 28 12:32:13 2026\n"
 
 
 def _goroutine_dump(frames: int) -> str:
