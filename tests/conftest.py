@@ -9,6 +9,9 @@ cannot (``@pytest.mark.processes_only("why")``, which skips it with that reason)
 that quietly started a LocalCluster instead would pass on processes unnoticed, so here
 that start fails the test with what to do.
 
+What collection loaded is frozen out of garbage collection once it ends (see
+``pytest_collection_finish``).
+
 With ``LIFTBRIDGE_NATS_TEST_INSTALLED=1`` (the release checks, which test the built wheel
 in a venv of its own) the run stops at once if ``liftbridge_nats`` was imported from the
 checkout rather than from that venv.
@@ -20,6 +23,7 @@ SDK providers read in memory).
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -52,6 +56,15 @@ def pytest_configure(config: pytest.Config) -> None:
                 f"checkout ({package}): run the venv's pytest script, not `python -m pytest`, "
                 "so that the installed package is the one tested"
             )
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # What collection loaded (every test module, item and strategy) lives for the whole
+    # run, yet each full garbage collection walks it on whichever thread allocates: 50
+    # to 190 ms a time in the main run, stalls that the timing-sensitive tests would
+    # blame on the SDK. Frozen, it is left out; what the tests allocate is collected.
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(autouse=True)

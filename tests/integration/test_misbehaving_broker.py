@@ -177,8 +177,8 @@ async def watching() -> AsyncIterator[Seen]:
     process waiting meanwhile (see :class:`Starvation`) or the loop's thread alone
     (runnable, waiting for a CPU), but never less than the CPU time the loop's thread
     spent in that lag: code that holds the loop is counted on a busy machine as on an
-    idle one. The heap the test run held on entry is frozen meanwhile (left out of
-    garbage collections).
+    idle one. The heap the test run held on entry is frozen (left out of garbage
+    collections).
     """
     seen = Seen()
     loop = asyncio.get_running_loop()
@@ -225,10 +225,11 @@ async def watching() -> AsyncIterator[Seen]:
         elif collecting:
             seen.most_gc = max(seen.most_gc, time.perf_counter() - collecting.pop())
 
-    # The test run's own heap (every module, fixture and report of a long session) is
-    # not the client's, yet a full collection walks it on whichever thread allocates:
-    # 100 ms and more late in a run. Frozen, it is left out; what is allocated while
-    # watched, the client's garbage included, is still collected on the clock.
+    # The test run's own heap (what the earlier tests left, beside what collection
+    # loaded, frozen already: see conftest) is not the client's, yet a full collection
+    # walks it on whichever thread allocates. Frozen, it is left out; what is allocated
+    # while watched, the client's garbage included, is still collected on the clock.
+    # (It stays frozen: unfreezing would take the conftest's freeze back too.)
     gc.collect()
     gc.freeze()
     gc.callbacks.append(timed_collection)
@@ -247,7 +248,6 @@ async def watching() -> AsyncIterator[Seen]:
                 tracemalloc.stop()
     finally:
         gc.callbacks.remove(timed_collection)
-        gc.unfreeze()
         if schedstat >= 0:
             os.close(schedstat)
     for before, after, lag, cpu, off_cpu in lags:
