@@ -60,6 +60,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import datetime
 import ipaddress
 import os
 import socket
@@ -76,7 +77,7 @@ from liftbridge_nats.testing._config import node_config, render_yaml
 from liftbridge_nats.testing._docker import CLUSTER_LABEL, docker_client, labels, remove_labelled
 from liftbridge_nats.testing._image import ensure_image
 from liftbridge_nats.testing._install import DEFAULT_LIFTBRIDGE_VERSION
-from liftbridge_nats.testing._process import free_ports
+from liftbridge_nats.testing._process import death_line, free_ports
 from liftbridge_nats.testing._readiness import (
     ReadinessTarget,
     _leader_reachable,
@@ -152,6 +153,22 @@ def _discard(container: DockerContainer) -> None:
         # Gone already, or the engine went away: the label sweep that follows (or the
         # next run's) takes whatever is left. The client is closed either way.
         container.get_docker_client().client.close()
+
+
+def _unix_time(docker_time: str | None) -> float | None:
+    """A time as Docker states it (``2026-11-28T16:00:00.123456789Z``, in UTC) in seconds
+    since the epoch; None for none, or for the zero time of a container never started."""
+    if not docker_time:
+        return None
+    whole, _, fraction = docker_time.rstrip("Z").partition(".")
+    try:
+        moment = datetime.datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S")
+    except ValueError:
+        return None
+    seconds = moment.replace(tzinfo=datetime.UTC).timestamp()
+    if seconds <= 0:
+        return None
+    return seconds + float(f"0.{fraction}") if fraction.isdigit() else seconds
 
 
 class _Owned:
@@ -383,6 +400,33 @@ class ContainerCluster:
             if info.State is not None and info.State.Status:
                 states[server] = info.State.Status
         return states
+
+    def _exit_summary(self, server: str) -> str:
+        """How ``server``'s container last exited and, when that run logged one, why:
+        ``exit status 2: panic: ...``, ``exit status 137 (signal 9)``."""
+        container = self._owned.containers.get(server)
+        if container is None:
+            return "never created"
+        try:
+            state = (
+                container.get_docker_client()
+                .get_container_inspect_info(container.get_container_id())
+                .State
+            )
+            if state is None or state.ExitCode is None:
+                return "exit status unknown"
+            code = state.ExitCode
+            status = f"exit status {code}" + (f" (signal {code - 128})" if code > 128 else "")
+            if state.OOMKilled:
+                status += ", killed for want of memory"
+            # Docker keeps the output of every run of a container: this run's only.
+            raw = container.get_wrapped_container().logs(
+                stdout=True, stderr=True, since=_unix_time(state.StartedAt)
+            )
+        except Exception as exc:  # gone meanwhile, or no engine: say so
+            return f"exit status unknown ({exc})"
+        reason = death_line(bytes(raw))
+        return f"{status}: {reason}" if reason else status
 
     def is_running(self, i: int) -> bool:
         """Whether node ``i``'s container runs (a paused one counts as running)."""
@@ -1217,22 +1261,28 @@ class ContainerCluster:
     def _check_alive(self, states: dict[str, str]) -> None:
         if any(states.get(server) not in _ALIVE for server in self._nats_servers):
             if self._nats_wanted:
+                how = "; ".join(
+                    f"{self._name(server)}: {self._exit_summary(server)}"
+                    for server in self._nats_servers
+                    if states.get(server) not in _ALIVE
+                )
                 raise ServerStartError(
-                    "nats-server exited by itself (see its log below). "
+                    f"nats-server exited by itself ({how}; see its log below). "
                     f"Container logs:\n{self.log_tail()}"
                 )
             raise ServerStartError(
                 "nats-server is not running: call restart_nats() after kill_nats()."
             )
         crashed = [
-            f"liftbridge {node_id}"
+            node_id
             for i, node_id in enumerate(self._node_ids)
             if self._wanted[i] and states.get(node_id) not in _ALIVE
         ]
         if crashed:
+            how = "; ".join(f"liftbridge {n}: {self._exit_summary(n)}" for n in crashed)
             raise ServerStartError(
-                f"{', '.join(crashed)} exited by itself (see its log below). "
-                f"Container logs:\n{self.log_tail()}"
+                f"{', '.join(f'liftbridge {n}' for n in crashed)} exited by itself ({how}; "
+                f"see its log below). Container logs:\n{self.log_tail()}"
             )
         if not any(states.get(node_id) in _ALIVE for node_id in self._node_ids):
             raise ServerStartError(

@@ -51,13 +51,25 @@ _DEATH_MARKS = (b"panic: ", b"fatal error: ", b"level=fatal ")
 _REASON_WINDOW = 1 << 20
 
 
-def last_words(path: Path) -> str | None:
-    """The line in which the last run logged to ``path`` says why it died, if any.
+def death_line(output: bytes) -> str | None:
+    """The first line of one run's ``output`` in which a Go server says why it died
+    (a panic, a runtime fatal error, a logged fatal), cut at 500 characters; None if
+    there is none.
 
     A Go panic ends with its goroutine dump, hundreds of lines long, so a log tail
-    shows stack frames and not the panic; the reason is looked for from the last
-    start mark on (within the log's last MiB).
+    shows stack frames and not the panic: the reason is this line.
     """
+    for line in output.splitlines():
+        if any(mark in line for mark in _DEATH_MARKS):
+            text = line.decode("utf-8", "replace").strip()
+            return text if len(text) <= 500 else text[:500] + "..."
+    return None
+
+
+def last_words(path: Path) -> str | None:
+    """The line in which the last run logged to ``path`` says why it died, if any
+    (see :func:`death_line`), looked for from the last start mark on, within the
+    log's last MiB."""
     try:
         with path.open("rb") as fh:
             fh.seek(0, 2)
@@ -66,11 +78,7 @@ def last_words(path: Path) -> str | None:
     except FileNotFoundError:
         return None
     start = data.rfind(_START_MARK)
-    for line in data[max(start, 0) :].splitlines():
-        if any(mark in line for mark in _DEATH_MARKS):
-            text = line.decode("utf-8", "replace").strip()
-            return text if len(text) <= 500 else text[:500] + "..."
-    return None
+    return death_line(data[max(start, 0) :])
 
 
 class ServerProcess:

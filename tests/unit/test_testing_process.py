@@ -1,11 +1,13 @@
-"""How the test harness tells why a server process died, from its log file alone."""
+"""How the test harness tells why a server died, from its log alone: a process's log
+file, or a container's output since its last start."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from liftbridge_nats.testing._process import _START_MARK, ServerProcess, last_words
+from liftbridge_nats.testing._containers import _unix_time
+from liftbridge_nats.testing._process import _START_MARK, ServerProcess, death_line, last_words
 
 _START = _START_MARK.decode() + "liftbridge n1 at Sat Nov 28 12:32:13 2026\n"
 
@@ -64,3 +66,28 @@ def test_exit_summary_names_the_status_and_the_reason(tmp_path: Path) -> None:
     assert quiet._popen is not None
     quiet._popen.wait()
     assert quiet.exit_summary() == "exit status 3"
+
+
+def test_death_line_takes_the_first_reason_of_one_run() -> None:
+    output = (
+        b'time="x" level=info msg="Server became metadata leader"\n'
+        b"panic: runtime error: invalid memory address or nil pointer dereference\n"
+        b"[signal SIGSEGV: segmentation violation code=0x1 addr=0x0 pc=0xc789b5]\n\n"
+        b"goroutine 84 [running]:\n" + _goroutine_dump(300).encode() + b"exit status 2\n"
+    )
+    assert death_line(output) == (
+        "panic: runtime error: invalid memory address or nil pointer dereference"
+    )
+    assert death_line(b'time="x" level=info msg="serving"\n') is None
+    assert death_line(b"") is None
+
+
+def test_docker_times_become_unix_times() -> None:
+    # 2026-11-28T16:00:00Z is 1,795,881,600 s after the epoch; Docker gives nanoseconds.
+    assert _unix_time("2026-11-28T16:00:00Z") == 1_795_881_600
+    started = _unix_time("2026-11-28T16:00:00.250000000Z")
+    assert started is not None and abs(started - 1_795_881_600.25) < 1e-6
+    # A container never started has the zero time; no time, or none Docker would give.
+    assert _unix_time("0001-01-01T00:00:00Z") is None
+    assert _unix_time(None) is None and _unix_time("") is None
+    assert _unix_time("yesterday") is None
