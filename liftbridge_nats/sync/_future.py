@@ -6,8 +6,10 @@ looks at them. The stock future's :class:`threading.Condition`, built at constru
 taken and notified at settlement and taken again to read the outcome, is then a large
 part of what the blocking ``publish_async`` costs on top of the async one.
 
-This one has no condition until a method of the stock future asks for it (``cancel``,
-``add_done_callback``, a wait that must block, :func:`concurrent.futures.wait`,
+This one has no condition (nor the lists of waiters and callbacks used under it, which
+a caller that keeps its futures would keep too) until a method of the stock future asks
+for it (``cancel``, ``add_done_callback``, a wait that must block,
+:func:`concurrent.futures.wait`,
 :func:`~concurrent.futures.as_completed`): from then on it is a stock future. A future
 settled before that is settled under one module lock instead, which also guards the
 building of conditions, so exactly one of the two happens first: either the
@@ -27,6 +29,11 @@ __all__ = ["LazyFuture"]
 
 T = TypeVar("T")
 
+# The stock future's lists of waiters and callbacks, made on first use: a future settled
+# before anybody waited on it never needs them. (Each is one more object for the garbage
+# collector to walk, for as long as the caller keeps the future.)
+_LAZY_LISTS = frozenset({"_waiters", "_done_callbacks"})
+
 # Held to settle a future that has no condition, or to build one. Reentrant: a
 # finalizer run by the garbage collector inside either may settle a future itself.
 _guard = threading.RLock()
@@ -37,20 +44,20 @@ class LazyFuture(concurrent.futures.Future[T]):
     condition variable is built on first need, so that one nobody waited on costs a
     fraction of a stock future."""
 
-    def __init__(self) -> None:  # the stock attributes, but for _condition
+    def __init__(self) -> None:  # the stock attributes, but for the lazy ones
         self._state = PENDING
         self._result: Any = None
         self._exception: BaseException | None = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Any] = []
 
     def __getattr__(self, name: str) -> Any:
         # Called only for attributes not set yet: the stock methods' first use of
-        # _condition builds it.
-        if name != "_condition":
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        with _guard:
-            return self.__dict__.setdefault("_condition", threading.Condition())
+        # _condition builds it, and of its lists (used under it) makes them.
+        if name == "_condition":
+            with _guard:
+                return self.__dict__.setdefault("_condition", threading.Condition())
+        if name in _LAZY_LISTS:
+            return self.__dict__.setdefault(name, [])
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _settled_quietly(self, result: Any, exception: BaseException | None) -> bool:
         """Settle without a condition if none was built: True when done so."""

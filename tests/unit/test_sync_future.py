@@ -20,7 +20,9 @@ def test_settled_before_anyone_looks_needs_no_condition() -> None:
     assert isinstance(future, concurrent.futures.Future)
     future.set_result(7)
     assert future.done() and future.result() == 7 and future.exception() is None
-    assert "_condition" not in vars(future)
+    # Nor its lists of waiters and callbacks: a settled future the caller keeps holds
+    # its outcome and its state only.
+    assert not {"_condition", "_waiters", "_done_callbacks"} & set(vars(future))
     assert not future.cancel() and not future.cancelled() and not future.running()
     with pytest.raises(concurrent.futures.InvalidStateError):
         future.set_result(8)
