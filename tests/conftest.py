@@ -60,9 +60,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     # What collection loaded (every test module, item and strategy) lives for the whole
-    # run, yet each full garbage collection walks it on whichever thread allocates: 50
-    # to 190 ms a time in the main run, stalls that the timing-sensitive tests would
-    # blame on the SDK. Frozen, it is left out; what the tests allocate is collected.
+    # run, yet each full garbage collection walks it on whichever thread allocates: late
+    # in the main run, stalls long enough for the tests that time the event loop to
+    # blame them on the SDK. Frozen, it is left out; what the tests allocate is collected.
     gc.collect()
     gc.freeze()
 
