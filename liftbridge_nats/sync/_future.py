@@ -44,6 +44,11 @@ class LazyFuture(concurrent.futures.Future[T]):
     condition variable is built on first need, so that one nobody waited on costs a
     fraction of a stock future."""
 
+    # Set for good, under the guard, once the condition is built. (A flag, not a look
+    # into __dict__: that would make each future a dict of its own, which CPython
+    # otherwise does without.)
+    _condition_built = False
+
     def __init__(self) -> None:  # the stock attributes, but for the lazy ones
         self._state = PENDING
         self._result: Any = None
@@ -52,21 +57,26 @@ class LazyFuture(concurrent.futures.Future[T]):
     def __getattr__(self, name: str) -> Any:
         # Called only for attributes not set yet: the stock methods' first use of
         # _condition builds it, and of its lists (used under it) makes them.
-        if name == "_condition":
-            with _guard:
-                return self.__dict__.setdefault("_condition", threading.Condition())
-        if name in _LAZY_LISTS:
-            return self.__dict__.setdefault(name, [])
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        if name != "_condition" and name not in _LAZY_LISTS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        with _guard:
+            try:  # made meanwhile by another thread
+                return object.__getattribute__(self, name)
+            except AttributeError:
+                made: Any = threading.Condition() if name == "_condition" else []
+                setattr(self, name, made)
+                if name == "_condition":
+                    self._condition_built = True
+                return made
 
     def _settled_quietly(self, result: Any, exception: BaseException | None) -> bool:
         """Settle without a condition if none was built: True when done so."""
-        if "_condition" in self.__dict__:
+        if self._condition_built:
             return False
         with _guard:
             # Nobody waits and no callback is registered: both need the condition.
             # (Settled already: the stock method raises, outside the lock.)
-            if "_condition" not in self.__dict__ and self._state == PENDING:
+            if not self._condition_built and self._state == PENDING:
                 self._result = result
                 self._exception = exception
                 self._state = FINISHED
