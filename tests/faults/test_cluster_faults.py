@@ -98,6 +98,15 @@ async def _follow(client: Client, name: str, into: list[Message]) -> None:
             into.append(message)
 
 
+_LEADER_KILL_RATE = 1500
+# Seconds before its death in which a leader may have received messages it never acked
+# (with ALL acks a message commits once every replica in the ISR has fetched it: within
+# milliseconds on an idle machine, longer on a busy one), and after it in which NATS may
+# still hand messages to its subscription, until it sees the connection gone.
+_LEADER_HELD = 0.5
+_NATS_NOTICES = 0.25
+
+
 async def test_partition_leader_killed(
     cluster3: Cluster, unique_name: Callable[[str], str], fault_report: Any
 ) -> None:
@@ -127,7 +136,7 @@ async def test_partition_leader_killed(
                 started = loop.time()
                 fault = asyncio.create_task(kill_leader())
                 values, futures = await _publish_steadily(
-                    pub, name, rate=1500, seconds=5.0, tag="lk"
+                    pub, name, rate=_LEADER_KILL_RATE, seconds=5.0, tag="lk"
                 )
                 await fault
                 results = await asyncio.gather(*futures, return_exceptions=True)
@@ -201,7 +210,15 @@ async def test_partition_leader_killed(
     assert stats.no_responders > 0, "no publish met the fail-over window: the test proved nothing"
     deposed = _deposed_successors(cluster3, name, killed=leader)
     restarts = _successor_leader_epochs(cluster3, name, killed=leader)
-    if outcomes.acked < 0.99 * outcomes.sent and (deposed or len(restarts) > 1):
+    # What the dead leader had received and not acked when it died ends in a timeout
+    # (re-sending it without optimistic concurrency could store it twice): messages due
+    # shortly before the kill. Any other unacked message is a publish the fail-over
+    # failed. (Message i is due i / rate seconds in, and never sent before it is due.)
+    unacked = [i for i, value in enumerate(values) if value not in outcomes.acks]
+    held_from = kills[0] - _LEADER_HELD
+    held_to = kills[0] + _NATS_NOTICES
+    failed = [i for i in unacked if not held_from <= i / _LEADER_KILL_RATE <= held_to]
+    if failed and (deposed or len(restarts) > 1):
         # Every publish ended and nothing acked was lost (asserted above). Each time a
         # broker (re)becomes leader, at a new epoch, it first stops leading and drops its
         # commit queue (Liftbridge's server/partition.go: becomeLeader -> stopLeading ->
@@ -213,7 +230,12 @@ async def test_partition_leader_killed(
             f"(deposed: {deposed}; successor leader epochs: {restarts}), so messages accepted "
             f"and not yet committed were never acked: {outcomes.summary()}"
         )
-    assert outcomes.acked >= 0.99 * outcomes.sent, outcomes.summary()
+    assert not failed, (
+        f"{len(failed)} unacked message(s) were due outside the moments around the kill at "
+        f"{kills[0]:.2f} s in which the dead leader could hold them ({held_from:.2f} to "
+        f"{held_to:.2f} s; the first due at {failed[0] / _LEADER_KILL_RATE:.2f} s): "
+        f"{outcomes.summary()}"
+    )
 
 
 def _truncation_to_hw(cluster: Cluster, stream: str, node: str) -> int | None:
