@@ -9,13 +9,12 @@ part of what the blocking ``publish_async`` costs on top of the async one.
 This one has no condition (nor the lists of waiters and callbacks used under it, which
 a caller that keeps its futures would keep too) until a method of the stock future asks
 for it (``cancel``, ``add_done_callback``, a wait that must block,
-:func:`concurrent.futures.wait`,
-:func:`~concurrent.futures.as_completed`): from then on it is a stock future. A future
-settled before that is settled under one module lock instead, which also guards the
-building of conditions, so exactly one of the two happens first: either the
-settlement sees the condition (and notifies through it, as the stock future does), or
-whoever built the condition then finds the future settled. Once ``FINISHED`` (a state
-no future leaves), its outcome is read without a lock.
+:func:`concurrent.futures.wait`, :func:`~concurrent.futures.as_completed`): from then
+on it is a stock future. A future settled before that is settled under one module lock
+instead, which also guards the building of conditions, so exactly one of the two
+happens first: either the settlement sees the condition (and notifies through it, as
+the stock future does), or whoever built the condition then finds the future settled.
+Once ``FINISHED`` (a state no future leaves), its outcome is read without a lock.
 """
 
 from __future__ import annotations

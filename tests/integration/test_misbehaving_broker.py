@@ -187,16 +187,14 @@ async def watching() -> AsyncIterator[Seen]:
     start = loop.time()
 
     # Lags worth a second look: (from, to, lag, the loop thread's CPU time and its wait
-    # for a CPU meanwhile). They
-    # are judged once the watch ends, when the starvation thread has recorded its gaps
-    # (after a pause of the whole process, either thread may run first).
+    # for a CPU meanwhile). They are judged once the watch ends, when the starvation
+    # thread has recorded its gaps (after a pause of the whole process, either thread
+    # may run first).
     lags: list[tuple[float, float, float, float, float]] = []
     # The seconds this thread (the loop's) has waited, runnable, for a CPU the OS gave
-    # to others: a loop kept off the CPU alone, while the starvation thread ran.
-    try:
-        schedstat = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
-    except OSError:  # not Linux: only the starvation thread tells
-        schedstat = -1
+    # to others: a loop kept off the CPU alone, while the starvation thread ran. (Opened
+    # below, where it is closed whatever happens; -1 off Linux.)
+    schedstat = -1
 
     def waited_for_cpu() -> float:
         return int(os.pread(schedstat, 64, 0).split()[1]) / 1e9 if schedstat >= 0 else 0.0
@@ -236,6 +234,8 @@ async def watching() -> AsyncIterator[Seen]:
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     try:
+        with contextlib.suppress(OSError):  # not Linux: only the starvation thread tells
+            schedstat = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
         with Starvation() as starved:
             ticker = asyncio.ensure_future(tick())
             try:
