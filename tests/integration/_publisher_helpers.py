@@ -12,7 +12,7 @@ import urllib.request
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
-from liftbridge_nats import Ack, Client, Message, StartPosition, StopPosition
+from liftbridge_nats import Ack, Client, Message, StartPosition, StopPosition, partition_subject
 from liftbridge_nats.testing import LocalCluster
 
 
@@ -52,6 +52,24 @@ async def nats_subscribers(cluster: LocalCluster, subject: str) -> int:
             return int(json.load(r)["total"])
 
     return await asyncio.to_thread(fetch)
+
+
+async def wait_paused(
+    client: Client, cluster: LocalCluster, stream: str, partition: int = 0, within: float = 20.0
+) -> None:
+    """Wait until ``partition`` of ``stream`` is paused: the metadata says so, and its
+    NATS subscription is gone.
+
+    The metadata reports a pause a moment before the partition drops its subscription;
+    a message sent in between is lost without an ack instead of getting "no responders".
+    """
+    subject = partition_subject((await client.stream_info(stream)).subject, partition)
+
+    async def paused() -> bool:
+        info = await client.stream_info(stream, refresh=True)
+        return info.partitions[partition].paused and (await nats_subscribers(cluster, subject) == 0)
+
+    await eventually(paused, within=within)
 
 
 def acked(results: Iterable[Ack | None]) -> list[Ack]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import pytest
-from _publisher_helpers import acked, eventually, nats_subscribers, read_all
+from _publisher_helpers import acked, eventually, read_all, wait_paused
 from nats.aio.client import Client as NATS
 
 from liftbridge_nats import (
@@ -135,12 +135,7 @@ async def test_auto_paused_partition_is_resumed_and_nothing_is_lost(
         await client.create_stream(name, name, auto_pause_time=1.0)
         async with Publisher(nats_client, client=client) as pub:
             assert await pub.publish_to_stream(name, b"first") is not None
-
-            async def paused() -> bool:
-                info = await client.stream_info(name, refresh=True)
-                return info.partitions[0].paused
-
-            await eventually(paused, within=20)
+            await wait_paused(client, liftbridge_cluster, name)
             # A paused partition has no NATS subscriber: a plain publish is not stored,
             # and NATS says so at once instead of the message vanishing silently.
             with pytest.raises(NoRespondersError):
@@ -159,20 +154,12 @@ async def test_publish_to_stream_async_resumes_a_paused_partition_in_the_backgro
     liftbridge_cluster: LocalCluster, nats_client: NATS, unique_name: Callable[[str], str]
 ) -> None:
     name = unique_name("apause")
-
-    def partition_unsubscribed(partition: int) -> Callable[[], Awaitable[bool]]:
-        async def check() -> bool:
-            subject = partition_subject(name, partition)
-            return await nats_subscribers(liftbridge_cluster, subject) == 0
-
-        return check
-
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name, partitions=2)
         async with Publisher(nats_client, client=client) as pub:
             assert await (await pub.publish_to_stream_async(name, b"first")) is not None
             await client.pause_stream(name, [0])
-            await eventually(partition_unsubscribed(0))
+            await wait_paused(client, liftbridge_cluster, name, 0)
             # Sent once: the future says "not stored" and the partition is resumed
             # behind it, so that later messages get through.
             with pytest.raises(NoRespondersError):
@@ -189,7 +176,7 @@ async def test_publish_to_stream_async_resumes_a_paused_partition_in_the_backgro
         # With retry=True the message itself is sent again until the resume lets it in.
         async with Publisher(nats_client, client=client, retry=True) as pub:
             await client.pause_stream(name, [1])
-            await eventually(partition_unsubscribed(1))
+            await wait_paused(client, liftbridge_cluster, name, 1)
             ack = await (await pub.publish_to_stream_async(name, b"second", partition=1))
             assert ack is not None and ack.partition == 1 and ack.offset == 0
             assert pub.stats.no_responders >= 1

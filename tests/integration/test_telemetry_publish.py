@@ -15,7 +15,7 @@ from typing import Any, TypeAlias
 
 import msgspec
 import pytest
-from _publisher_helpers import eventually, read_all
+from _publisher_helpers import read_all, wait_paused
 from nats.aio.client import Client as NATS
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
@@ -187,11 +187,7 @@ async def test_a_resumed_partition_keeps_the_one_span_of_the_message(
     async with Client(liftbridge_cluster.brokers) as client:
         await client.create_stream(name, name)
         await client.pause_stream(name)
-
-        async def paused() -> bool:
-            return (await client.stream_info(name, refresh=True)).partitions[0].paused
-
-        await eventually(paused)
+        await wait_paused(client, liftbridge_cluster, name)
         async with Publisher(nats_client, client=client, tracing=provider, metrics=False) as pub:
             ack = await pub.publish_to_stream(name, b"after the pause", timeout=15)
             assert ack is not None and pub.stats.resent >= 1
