@@ -3,13 +3,15 @@
 The blocking API (``liftbridge_nats.sync``, the Spark workers) runs the async SDK on one
 asyncio loop in a daemon thread, which serves anyio's :class:`BlockingPortal` (for
 whoever wants the portal itself; close callbacks run through it). The loop is asyncio
-because nats-py is asyncio-only. :func:`call` and :func:`submit` reach it in one hop
-(``asyncio.run_coroutine_threadsafe``): the portal's ``start_task_soon`` takes two, as
-it waits for the task to be spawned before it waits for the result, and measured about
-twice the time per call. The loop starts on first use, is shared by all objects and
-threads of the process, and ends at :func:`close_shared` (registered with
-:mod:`atexit`). A process forked from one that had a loop starts its own: the
-parent's loop thread does not exist in the child, so its portal is never reused there.
+because nats-py is asyncio-only. :func:`call` and :func:`submit` reach it in one hop:
+the portal's ``start_task_soon`` takes two, as it waits for the task to be spawned
+before it waits for the result. :func:`call` blocks on a plain lock that the task's
+done-callback releases (see :class:`_BlockingCall`), :func:`submit` returns a
+:class:`concurrent.futures.Future` (``asyncio.run_coroutine_threadsafe``). The loop
+starts on first use, is shared by all objects and threads of the process, and ends at
+:func:`close_shared` (registered with :mod:`atexit`). A process forked from one that had
+a loop starts its own: the parent's loop thread does not exist in the child, so its
+portal is never reused there.
 
 API (stable; others build on it):
 
@@ -37,17 +39,19 @@ API (stable; others build on it):
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import itertools
 import logging
 import os
 import threading
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TypeVar, TypeVarTuple, Unpack
+from typing import Any, Generic, TypeVar, TypeVarTuple, Unpack
 
 import anyio
 from anyio.from_thread import BlockingPortal
@@ -141,7 +145,67 @@ def call(
     """
     api = async_api or _name_of(async_fn)
     check_blocking_allowed(f"the blocking {api.rsplit('.', 1)[-1]}()", api)
-    return wait(submit(async_fn, *args, portal=portal))
+    owner = _loop_of(portal)
+    if owner.closed:
+        raise _closed_error()
+    blocking = _BlockingCall(_awaited(async_fn, *args))
+    try:
+        owner.loop.call_soon_threadsafe(blocking.start)
+    except RuntimeError as exc:  # the loop is closed
+        blocking.coro.close()
+        raise _closed_error() from exc
+    return blocking.wait(owner.loop)
+
+
+class _BlockingCall(Generic[T]):
+    """One :func:`call` in flight: a task started on the loop by one callback, and a
+    lock the caller blocks on, released by the task's done-callback.
+
+    Releasing the lock is the last thing the loop does for the call, and nothing else
+    is chained to it: a caller woken while the loop's thread still runs Python code
+    must wait for the GIL and be woken a second time, which costs more than the call
+    itself where waking a thread on another core is slow.
+    """
+
+    __slots__ = ("_lock", "_task", "coro")
+
+    def __init__(self, coro: Coroutine[Any, Any, T]) -> None:
+        self.coro = coro
+        self._task: asyncio.Task[T] | None = None
+        self._lock = _thread.allocate_lock()
+        self._lock.acquire()
+
+    def start(self) -> None:
+        """Start the task (on the loop)."""
+        self._task = task = asyncio.ensure_future(self.coro)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[T]) -> None:
+        if not task.cancelled():
+            task.exception()  # retrieved, also when the caller was interrupted
+        self._lock.release()
+
+    def _cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    def wait(self, loop: asyncio.AbstractEventLoop) -> T:
+        """Block until the task is done; its result, or its error. An interrupt
+        (Ctrl-C) cancels the task on the loop and propagates."""
+        try:
+            self._lock.acquire()
+        except BaseException:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nothing runs
+                loop.call_soon_threadsafe(self._cancel)
+            raise
+        task = self._task
+        assert task is not None  # the lock is released by the task's callback only
+        if task.cancelled():  # the loop shut down under it
+            raise _closed_error()
+        exc = task.exception()
+        if exc is not None:
+            raise exc
+        return task.result()
 
 
 def submit(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import threading
 import time
 import warnings
@@ -81,6 +82,60 @@ def test_an_interrupted_wait_cancels_the_call_on_the_loop() -> None:
         wait(future, 0.05)
     assert future.cancelled()
     assert cancelled.wait(2)
+
+
+def test_a_blocking_call_raises_what_the_call_raised() -> None:
+    async def refuse(why: str) -> None:
+        await asyncio.sleep(0)
+        raise ValueError(why)
+
+    with pytest.raises(ValueError, match="no such thing"):
+        call(refuse, "no such thing")
+    assert call(add, 1, 2) == 3  # the loop goes on
+
+
+def test_ctrl_c_during_a_blocking_call_cancels_the_call_on_the_loop() -> None:
+    cancelled = threading.Event()
+
+    async def slow() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    # Ctrl-C as the terminal sends it: SIGINT to the process, handled in the main thread.
+    interrupt = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+    interrupt.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            call(slow)
+    finally:
+        interrupt.cancel()
+    assert time.monotonic() - started < 5
+    assert cancelled.wait(2)
+
+
+def test_close_shared_fails_a_blocking_call_in_another_thread() -> None:
+    outcome: list[BaseException | None] = []
+
+    def caller() -> None:
+        try:
+            call(asyncio.sleep, 30)
+        except BaseException as exc:
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    time.sleep(0.2)  # the call waits on the loop
+    close_shared(timeout=2)
+    thread.join(5)
+    assert not thread.is_alive()
+    [error] = outcome
+    assert isinstance(error, PortalClosedError) and "shut down" in str(error)
 
 
 def test_close_shared_runs_close_callbacks_and_fails_waiting_calls() -> None:
