@@ -32,6 +32,14 @@ async def add(a: int, b: int) -> int:
     return a + b
 
 
+async def sleep_until_cancelled(cancelled: threading.Event) -> None:
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        cancelled.set()
+        raise
+
+
 async def loop_thread() -> str:
     return threading.current_thread().name
 
@@ -69,14 +77,7 @@ def test_a_call_from_the_loop_thread_itself_fails_instead_of_deadlocking() -> No
 def test_an_interrupted_wait_cancels_the_call_on_the_loop() -> None:
     cancelled = threading.Event()
 
-    async def slow() -> None:
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
-    future = submit(slow)
+    future = submit(sleep_until_cancelled, cancelled)
     # A timeout stands in for Ctrl-C here: both leave wait() by an exception.
     with pytest.raises(TimeoutError):
         wait(future, 0.05)
@@ -97,20 +98,13 @@ def test_a_blocking_call_raises_what_the_call_raised() -> None:
 def test_ctrl_c_during_a_blocking_call_cancels_the_call_on_the_loop() -> None:
     cancelled = threading.Event()
 
-    async def slow() -> None:
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
     # Ctrl-C as the terminal sends it: SIGINT to the process, handled in the main thread.
     interrupt = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
     interrupt.start()
     started = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt):
-            call(slow)
+            call(sleep_until_cancelled, cancelled)
     finally:
         interrupt.cancel()
     assert time.monotonic() - started < 5
