@@ -145,9 +145,7 @@ def call(
     """
     api = async_api or _name_of(async_fn)
     check_blocking_allowed(f"the blocking {api.rsplit('.', 1)[-1]}()", api)
-    owner = _loop_of(portal)
-    if owner.closed:
-        raise _closed_error()
+    owner = _open_loop_of(portal)
     blocking = _BlockingCall(_awaited(async_fn, *args))
     try:
         owner.loop.call_soon_threadsafe(blocking.start)
@@ -218,9 +216,7 @@ def submit(
     The future fails with :class:`PortalClosedError` if the loop shuts down first;
     cancelling it cancels the call.
     """
-    owner = _loop_of(portal)
-    if owner.closed:
-        raise _closed_error()
+    owner = _open_loop_of(portal)
     # async_fn itself is called on the loop too: it may create futures or tasks there.
     coro = _awaited(async_fn, *args)
     try:
@@ -343,6 +339,14 @@ def _loop_of(portal: BlockingPortal | None) -> _Loop:
             "this object was created in another process (before a fork) and cannot be "
             "used here: create a new one in this process"
         )
+    return owner
+
+
+def _open_loop_of(portal: BlockingPortal | None) -> _Loop:
+    """:func:`_loop_of`, refusing a loop that is shut down."""
+    owner = _loop_of(portal)
+    if owner.closed:
+        raise _closed_error()
     return owner
 
 

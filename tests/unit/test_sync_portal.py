@@ -113,10 +113,15 @@ def test_ctrl_c_during_a_blocking_call_cancels_the_call_on_the_loop() -> None:
 
 def test_close_shared_fails_a_blocking_call_in_another_thread() -> None:
     outcome: list[BaseException | None] = []
+    waiting = threading.Event()
+
+    async def wait_long() -> None:
+        waiting.set()
+        await asyncio.sleep(30)
 
     def caller() -> None:
         try:
-            call(asyncio.sleep, 30)
+            call(wait_long)
         except BaseException as exc:
             outcome.append(exc)
         else:
@@ -124,7 +129,7 @@ def test_close_shared_fails_a_blocking_call_in_another_thread() -> None:
 
     thread = threading.Thread(target=caller)
     thread.start()
-    time.sleep(0.2)  # the call waits on the loop
+    assert waiting.wait(5)  # the call runs on the loop
     close_shared(timeout=2)
     thread.join(5)
     assert not thread.is_alive()
