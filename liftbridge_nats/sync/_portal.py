@@ -35,6 +35,10 @@ API (stable; others build on it):
 ``close_shared(timeout=5.0)``
     Run the close callbacks (bounded by ``timeout``), cancel what still runs, stop the
     loop. Calls still waiting fail with :class:`PortalClosedError`.
+
+Whenever the loop's thread ends, every :func:`call` and :func:`submit` still waiting
+fails with :class:`PortalClosedError`, including one handed over as the loop stopped,
+which the loop never ran.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import inspect
 import itertools
 import logging
 import os
@@ -51,7 +56,7 @@ import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, TypeVarTuple, Unpack
+from typing import Any, Generic, Protocol, TypeVar, TypeVarTuple, Unpack
 
 import anyio
 from anyio.from_thread import BlockingPortal
@@ -78,6 +83,12 @@ _log = logging.getLogger("liftbridge_nats.sync")
 THREAD_NAME = "liftbridge-nats-loop"
 
 
+class _Waiting(Protocol):
+    """A call some thread waits for; failed if the loop ends before settling it."""
+
+    def abandon(self) -> None: ...
+
+
 @dataclass(eq=False)
 class _Loop:
     """A started portal and what belongs to it."""
@@ -86,8 +97,34 @@ class _Loop:
     portal: BlockingPortal
     loop: asyncio.AbstractEventLoop
     thread: threading.Thread
+    # Calls handed to the loop and not settled yet; failed when the loop's thread ends.
+    waiting: set[_Waiting]
     closers: dict[int, Callable[[], Awaitable[None]]] = field(default_factory=dict)
     closed: bool = False
+
+    def watch(self, call: _Waiting) -> None:
+        """Track ``call`` until :meth:`unwatch`; PortalClosedError if the loop ended."""
+        self.waiting.add(call)
+        # After the add: the thread's end marks the loop closed before it takes the
+        # set over, so either it sees this call or this check sees the mark.
+        if self.closed:
+            self.waiting.discard(call)
+            raise _closed_error()
+
+    def unwatch(self, call: _Waiting) -> None:
+        self.waiting.discard(call)
+
+    def ended(self) -> None:
+        """The loop's thread ends (on that thread): what still waits fails, and the
+        next blocking call starts a new loop."""
+        global _current
+        with _lock:
+            self.closed = True
+            if _current is self:
+                _current = None
+        for call in list(self.waiting):
+            call.abandon()
+        self.waiting.clear()
 
 
 _lock = threading.Lock()
@@ -148,11 +185,16 @@ def call(
     owner = _open_loop_of(portal)
     blocking = _BlockingCall(_awaited(async_fn, *args))
     try:
+        owner.watch(blocking)
         owner.loop.call_soon_threadsafe(blocking.start)
-    except RuntimeError as exc:  # the loop is closed
+    except (RuntimeError, PortalClosedError) as exc:  # the loop is closed
+        owner.unwatch(blocking)
         blocking.coro.close()
         raise _closed_error() from exc
-    return blocking.wait(owner.loop)
+    try:
+        return blocking.wait(owner.loop)
+    finally:
+        owner.unwatch(blocking)
 
 
 class _BlockingCall(Generic[T]):
@@ -165,11 +207,12 @@ class _BlockingCall(Generic[T]):
     itself where waking a thread on another core is slow.
     """
 
-    __slots__ = ("_lock", "_task", "coro")
+    __slots__ = ("_lock", "_released", "_task", "coro")
 
     def __init__(self, coro: Coroutine[Any, Any, T]) -> None:
         self.coro = coro
         self._task: asyncio.Task[T] | None = None
+        self._released = False  # on the loop's thread only
         self._lock = _thread.allocate_lock()
         self._lock.acquire()
 
@@ -181,7 +224,18 @@ class _BlockingCall(Generic[T]):
     def _finished(self, task: asyncio.Task[T]) -> None:
         if not task.cancelled():
             task.exception()  # retrieved, also when the caller was interrupted
-        self._lock.release()
+        self._release()
+
+    def abandon(self) -> None:
+        """The loop's thread ends with this call unsettled (on that thread)."""
+        if self._task is None:
+            self.coro.close()  # never started: no "never awaited" warning later
+        self._release()
+
+    def _release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._lock.release()
 
     def _cancel(self) -> None:
         if self._task is not None:
@@ -197,8 +251,7 @@ class _BlockingCall(Generic[T]):
                 loop.call_soon_threadsafe(self._cancel)
             raise
         task = self._task
-        assert task is not None  # the lock is released by the task's callback only
-        if task.cancelled():  # the loop shut down under it
+        if task is None or not task.done() or task.cancelled():  # the loop shut down
             raise _closed_error()
         exc = task.exception()
         if exc is not None:
@@ -219,15 +272,19 @@ def submit(
     owner = _open_loop_of(portal)
     # async_fn itself is called on the loop too: it may create futures or tasks there.
     coro = _awaited(async_fn, *args)
+    # The loop cancels what still runs when it stops; callers get the typed error.
+    outer: concurrent.futures.Future[T] = concurrent.futures.Future()
+    watched = _Submitted(coro, outer)
     try:
+        owner.watch(watched)
         # One hop to the loop (the portal's own start_task_soon takes two: it waits for
         # the task to be spawned, then for its result).
         inner = asyncio.run_coroutine_threadsafe(coro, owner.loop)
-    except RuntimeError as exc:  # the loop is closed
+    except (RuntimeError, PortalClosedError) as exc:  # the loop is closed
+        owner.unwatch(watched)
         coro.close()
         raise _closed_error() from exc
-    # The loop cancels what still runs when it stops; callers get the typed error.
-    outer: concurrent.futures.Future[T] = concurrent.futures.Future()
+    outer.add_done_callback(lambda _: owner.unwatch(watched))
 
     def settle(done: concurrent.futures.Future[T]) -> None:
         if not outer.set_running_or_notify_cancel():
@@ -246,6 +303,23 @@ def submit(
     inner.add_done_callback(settle)
     outer.add_done_callback(propagate_cancel)
     return outer
+
+
+class _Submitted(Generic[T]):
+    """The future :func:`submit` returned, failed if the loop ends first."""
+
+    __slots__ = ("coro", "future")
+
+    def __init__(self, coro: Coroutine[Any, Any, T], future: concurrent.futures.Future[T]) -> None:
+        self.coro = coro
+        self.future = future
+
+    def abandon(self) -> None:
+        if inspect.getcoroutinestate(self.coro) == inspect.CORO_CREATED:
+            self.coro.close()  # never started: no "never awaited" warning later
+        with contextlib.suppress(concurrent.futures.InvalidStateError):  # settled meanwhile
+            if self.future.set_running_or_notify_cancel():
+                self.future.set_exception(_closed_error())
 
 
 async def _awaited(async_fn: Callable[[Unpack[Ts]], Awaitable[T]], *args: *Ts) -> T:
@@ -359,6 +433,8 @@ def _start() -> _Loop:
             ready.set_result((portal, asyncio.get_running_loop()))
             await portal.sleep_until_stopped()
 
+    created: concurrent.futures.Future[_Loop] = concurrent.futures.Future()
+
     def run() -> None:
         try:
             anyio.run(serve, backend="asyncio")
@@ -367,13 +443,16 @@ def _start() -> _Loop:
                 ready.set_exception(exc)
             else:
                 _log.warning("the liftbridge-nats loop ended with %r", exc)
+        if ready.exception() is None:
+            created.result().ended()
 
     # A daemon thread: a process that never calls close_shared() still exits.
     thread = threading.Thread(target=run, name=THREAD_NAME, daemon=True)
     thread.start()
     portal, loop = ready.result()
-    started = _Loop(os.getpid(), portal, loop, thread)
+    started = _Loop(os.getpid(), portal, loop, thread, set())
     _loops[portal] = started
+    created.set_result(started)
     return started
 
 

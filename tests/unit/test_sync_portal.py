@@ -162,6 +162,45 @@ def test_close_shared_runs_close_callbacks_and_fails_waiting_calls() -> None:
     assert call(add, 1, 1) == 2
 
 
+@pytest.mark.parametrize("blocking", [True, False], ids=["call", "submit"])
+def test_a_call_handed_over_as_the_loop_stops_fails_instead_of_hanging(blocking: bool) -> None:
+    portal = shared_portal()
+    loop = portal_loop(portal)
+    holding, handed_over = threading.Event(), threading.Event()
+
+    def stop_after_the_hand_over() -> None:
+        # On the loop: the call below is queued behind this callback, then the loop
+        # stops before its turn comes (as when the loop ends by itself).
+        holding.set()
+        handed_over.wait(5)
+        loop.stop()
+
+    outcome: list[BaseException] = []
+
+    def caller() -> None:
+        try:
+            if blocking:
+                call(asyncio.sleep, 30, portal=portal)
+            else:
+                submit(asyncio.sleep, 30, portal=portal).result(10)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    loop.call_soon_threadsafe(stop_after_the_hand_over)
+    assert holding.wait(5)
+    thread = threading.Thread(target=caller)
+    thread.start()
+    time.sleep(0.1)  # the caller hands its call over and waits
+    handed_over.set()
+    thread.join(5)
+    assert not thread.is_alive(), "the call still waits for a loop that ended"
+    [error] = outcome
+    assert isinstance(error, PortalClosedError)
+    with pytest.raises(PortalClosedError):
+        call(add, 1, 1, portal=portal)
+    assert call(add, 2, 2) == 4  # the next blocking call starts a new loop
+
+
 def test_a_stuck_close_callback_does_not_hold_close_shared() -> None:
     async def stuck() -> None:
         await asyncio.sleep(30)
