@@ -257,7 +257,7 @@ class _Connection(asyncio.Protocol):
         """Drop a connection the broker broke: its calls end (UNAVAILABLE), what the
         protocol queued (a GOAWAY) is written, and the transport closes, at once or
         after :data:`_CLOSE_WAIT` if the broker does not take those bytes."""
-        _log.warning(
+        self._pool.drop_log.log(
             "dropping the connection to broker %s: %s; its subscriptions subscribe again",
             redact(self.address),
             detail,
@@ -342,6 +342,10 @@ class ReadPool:
         self._closed = False
         self.live: set[_Connection] = set()
         """Connections whose transport is not gone yet (open, or closing)."""
+        # A broker that breaks every call it answers breaks each new connection too, as
+        # often as the subscriptions make progress on it: hundreds of times a second,
+        # each worth a warning.
+        self.drop_log = RateLimitedLog(_log, interval=10.0)
 
     @property
     def open_calls(self) -> int:

@@ -283,6 +283,38 @@ async def test_a_broken_connection_ends_its_calls_and_gets_a_goaway(
     assert broker.goaways() == [code]
 
 
+async def test_a_broker_that_breaks_every_connection_is_reported_once_per_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    oversized = h2_frame(0x0, 0, 1, b"\x00" * 20_000)
+    made: list[RawBroker] = []
+
+    def factory() -> RawBroker:
+        made.append(RawBroker(SERVER_PREFACE + RESPONSE + oversized, read=True))
+        return made[-1]
+
+    srv = await asyncio.get_running_loop().create_server(factory, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    pool = ReadPool(None)
+    caplog.set_level("WARNING", logger="liftbridge_nats.subscription")
+    try:
+        for _ in range(5):  # each call on a new connection, each connection broken
+            reader = pool.subscribe(f"127.0.0.1:{port}", b"req", skip_through=None)
+            while not isinstance(await take(reader), StreamEnd):
+                pass
+            await asyncio.wait_for(made[-1].closed, 5)
+    finally:
+        await pool.close()
+        for broker in made:
+            broker.transport.abort()
+        srv.close()
+        await srv.wait_closed()
+    assert len(made) == 5
+    drops = [r for r in caplog.records if "dropping the connection" in r.getMessage()]
+    assert len(drops) == 1, [r.getMessage() for r in drops]
+    assert pool.drop_log.suppressed == 4
+
+
 async def test_a_malformed_response_ends_the_call_as_internal() -> None:
     bad_status = h2_frame(0x1, 0x4, 1, b"\x08\x03\xb2\x30\x30")  # :status ²00 (latin-1)
     made: list[RawBroker] = []
