@@ -190,7 +190,11 @@ def test_a_call_handed_over_as_the_loop_stops_fails_instead_of_hanging(blocking:
     assert holding.wait(5)
     thread = threading.Thread(target=caller)
     thread.start()
-    time.sleep(0.1)  # the caller hands its call over and waits
+    waiting = _portal._loops[portal].waiting
+    deadline = time.monotonic() + 5
+    while not waiting and time.monotonic() < deadline:  # the caller hands its call over
+        time.sleep(0.01)
+    assert waiting, "the call was never handed over"
     handed_over.set()
     thread.join(5)
     assert not thread.is_alive(), "the call still waits for a loop that ended"
