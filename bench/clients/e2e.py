@@ -19,6 +19,7 @@ import contextlib
 import secrets
 import struct
 import time
+from array import array
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -134,7 +135,10 @@ class Tally:
         self.total = total
         self.warm = warm
         self.arrived = 0
-        self.samples_us: list[int] = []
+        # An array, not a list: a list of 500,000 ints is 500,000 objects for every
+        # full collection of the reader's garbage collector to visit, which cost the
+        # readers a pause of 20-40 ms at 50k msg/s.
+        self.samples_us = array("q")
         self._cpu = time.process_time()
         self._wall = time.perf_counter()
 
@@ -154,7 +158,7 @@ class Tally:
             "seconds": time.perf_counter() - self._wall,
             "cpu_seconds": cpu,
             "cpu_us_per_msg": cpu / self.arrived * 1e6 if self.arrived else 0.0,
-            "samples_us": self.samples_us,
+            "samples_us": self.samples_us.tolist(),
         }
 
 
