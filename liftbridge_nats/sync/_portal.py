@@ -98,17 +98,17 @@ class _Loop:
     loop: asyncio.AbstractEventLoop
     thread: threading.Thread
     # Calls handed to the loop and not settled yet; failed when the loop's thread ends.
-    waiting: set[_Waiting]
+    waiting: set[_Waiting] = field(default_factory=set)
     closers: dict[int, Callable[[], Awaitable[None]]] = field(default_factory=dict)
     closed: bool = False
 
     def watch(self, call: _Waiting) -> None:
-        """Track ``call`` until :meth:`unwatch`; PortalClosedError if the loop ended."""
+        """Track ``call`` until :meth:`unwatch` (also when this raises
+        PortalClosedError: the loop ended)."""
         self.waiting.add(call)
         # After the add: the thread's end marks the loop closed before it takes the
         # set over, so either it sees this call or this check sees the mark.
         if self.closed:
-            self.waiting.discard(call)
             raise _closed_error()
 
     def unwatch(self, call: _Waiting) -> None:
@@ -228,8 +228,7 @@ class _BlockingCall(Generic[T]):
 
     def abandon(self) -> None:
         """The loop's thread ends with this call unsettled (on that thread)."""
-        if self._task is None:
-            self.coro.close()  # never started: no "never awaited" warning later
+        _close_unstarted(self.coro)
         self._release()
 
     def _release(self) -> None:
@@ -315,11 +314,17 @@ class _Submitted(Generic[T]):
         self.future = future
 
     def abandon(self) -> None:
-        if inspect.getcoroutinestate(self.coro) == inspect.CORO_CREATED:
-            self.coro.close()  # never started: no "never awaited" warning later
+        _close_unstarted(self.coro)
         with contextlib.suppress(concurrent.futures.InvalidStateError):  # settled meanwhile
             if self.future.set_running_or_notify_cancel():
                 self.future.set_exception(_closed_error())
+
+
+def _close_unstarted(coro: Coroutine[Any, Any, Any]) -> None:
+    """Close a call's coroutine that the loop never started: no "never awaited"
+    warning when it is collected."""
+    if inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+        coro.close()
 
 
 async def _awaited(async_fn: Callable[[Unpack[Ts]], Awaitable[T]], *args: *Ts) -> T:
@@ -450,7 +455,7 @@ def _start() -> _Loop:
     thread = threading.Thread(target=run, name=THREAD_NAME, daemon=True)
     thread.start()
     portal, loop = ready.result()
-    started = _Loop(os.getpid(), portal, loop, thread, set())
+    started = _Loop(os.getpid(), portal, loop, thread)
     _loops[portal] = started
     created.set_result(started)
     return started
