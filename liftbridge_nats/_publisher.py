@@ -123,12 +123,16 @@ def _collect(
 
 async def _wait_settled(futures: list[AckFuture], timeout: float | None) -> int:
     """Wait until every future is done or ``timeout`` passed; return how many are not.
+    Callbacks added to the futures before the call run before it returns, also those of
+    futures settled just before it (scheduled, not run yet): it always lets the loop
+    run once.
 
     (``asyncio.wait`` refuses the futures :meth:`Publisher.publish` returns: they are
     coroutines too.)
     """
     pending = [f for f in futures if not f.done()]
     if not pending:
+        await asyncio.sleep(0)
         return 0
     all_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     left = len(pending)
@@ -660,16 +664,14 @@ class Publisher(Generic[V, K]):
         return results
 
     async def flush(self, timeout: float | None = None) -> None:
-        """Wait until every message published so far is settled (acked or failed).
+        """Wait until every message published so far is settled (acked or failed), and
+        the callbacks added to their futures before this call have run.
 
         Errors stay with the messages' futures. Raises :class:`AckTimeoutError` when
         some are still pending after ``timeout`` seconds (default: wait for them all;
         each ends by its own deadline anyway).
         """
-        futures = self._live().unsettled()
-        if not futures:
-            return
-        pending = await _wait_settled(futures, timeout)
+        pending = await _wait_settled(self._live().unsettled(), timeout)
         if pending:
             raise AckTimeoutError(f"{pending} message(s) still wait for their ack after {timeout}s")
 

@@ -262,6 +262,35 @@ async def test_flush_waits_for_every_ack() -> None:
         assert all(f.done() for f in futures)
 
 
+async def test_flush_returns_after_the_callbacks_of_futures_settled_before_it() -> None:
+    # Acks that arrive just before flush() settle their futures, whose callbacks are
+    # only scheduled: flush must not return before they ran, or a caller counting acks
+    # in callbacks reads its counts short.
+    transport = MemoryTransport()
+    async with Publisher(transport) as pub:
+        counted: list[Any] = []
+        futures = [await pub.publish_async("s", b"x") for _ in range(5)]
+        for future in futures:
+            future.add_done_callback(counted.append)
+        await asyncio.sleep(0.01)  # written out
+        assert len(transport.delivered) == 5
+        for sent in transport.delivered:
+            transport.ack(sent)  # settled now, callbacks not run yet
+        assert all(f.done() for f in futures) and counted == []
+        await pub.flush()
+        assert len(counted) == 5
+        # The same for futures settled while flush waits.
+        later = [await pub.publish_async("s", b"y") for _ in range(5)]
+        for future in later:
+            future.add_done_callback(counted.append)
+        flushing = asyncio.ensure_future(pub.flush())
+        await asyncio.sleep(0.01)
+        for sent in transport.delivered[5:]:
+            transport.ack(sent)
+        await asyncio.wait_for(flushing, 1)
+        assert len(counted) == 10
+
+
 async def test_publish_works_with_await_gather_tasks_and_wait_for() -> None:
     transport = MemoryTransport(responder=auto_ack)
     async with Publisher(transport) as pub:
