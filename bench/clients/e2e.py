@@ -135,9 +135,9 @@ class Tally:
         self.total = total
         self.warm = warm
         self.arrived = 0
-        # An array, not a list: a list of 500,000 ints is 500,000 objects for every
-        # full collection of the reader's garbage collector to visit, which cost the
-        # readers a pause of 20-40 ms at 50k msg/s.
+        # An array, not a list: a list of 500,000 ints is 500,000 objects that every
+        # full collection of the reader's garbage collector visits, which lengthens the
+        # pauses this case measures.
         self.samples_us = array("q")
         self._cpu = time.process_time()
         self._wall = time.perf_counter()
