@@ -243,6 +243,15 @@ class RelayFuture(AckFuture):
         self._relay_failure()
         return True
 
+    def abandon(self, error: BaseException) -> None:
+        """The loop this future lives on has ended: the outcome gets ``error`` (from
+        any thread). The asyncio future itself is left as it is: nothing awaits it."""
+        outcome = self.outcome
+        if outcome is not None:
+            self.outcome = None
+            with contextlib.suppress(Exception):  # the thread's future was cancelled
+                outcome.set_exception(error)
+
     def _relay_failure(self) -> None:
         outcome = self.outcome
         if outcome is None or not self.done():
@@ -404,6 +413,10 @@ class InflightLedger:
 
     def __contains__(self, correlation_id: object) -> bool:
         return correlation_id in self._entries
+
+    def outstanding(self) -> list[AckFuture]:
+        """The futures of the flights waiting for their ack, in no set order."""
+        return list(self._entries.values())
 
     @property
     def capacity(self) -> int:

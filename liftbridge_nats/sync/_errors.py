@@ -17,8 +17,9 @@ class EventLoopRunningError(LocalError, RuntimeError):
 
 
 class PortalClosedError(ClientClosedError):
-    """The background event loop of the blocking API was shut down (``close_shared()``
-    or interpreter exit) while this call waited, or before it started.
+    """The background event loop of the blocking API ended (``close_shared()``,
+    interpreter exit, or an error on the loop) while this call waited, or before it
+    started.
 
     Nothing more can be done through the objects that used it; outside interpreter exit,
     new objects start a new loop.

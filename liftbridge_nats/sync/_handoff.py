@@ -20,6 +20,7 @@ neither side takes a lock while there is room.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
 import time
@@ -103,7 +104,11 @@ class Handoff(Generic[T]):
             self._fail_queued()
         elif not self._scheduled:
             self._scheduled = True
-            self._loop.call_soon_threadsafe(self._drain)
+            try:
+                self._loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:  # the loop ended (abandon() runs or ran): fail the item
+                self._closed = True
+                self._fail_queued()
         return True
 
     def _wait_for_room(self, ticket: int, timeout: float) -> bool:
@@ -144,7 +149,8 @@ class Handoff(Generic[T]):
 
     def _give_back(self) -> None:
         """A ticket taken and never used: its room returns (through the loop)."""
-        self._loop.call_soon_threadsafe(self.settled)
+        with contextlib.suppress(RuntimeError):  # the loop ended: room no longer matters
+            self._loop.call_soon_threadsafe(self.settled)
 
     # ------------------------------------------------------------------ the loop's side
 
@@ -192,6 +198,14 @@ class Handoff(Generic[T]):
         self._fail_queued()
         with self._cond:
             self._cond.notify_all()  # blocked producers give up and fail
+
+    def abandon(self) -> None:
+        """The loop has ended (on any thread): fail what is queued and what is put
+        later, and wake the producers blocked for room (they fail too)."""
+        self._closed = True
+        self._fail_queued()
+        with self._cond:
+            self._cond.notify_all()
 
     def _fail_queued(self) -> None:
         while True:

@@ -32,6 +32,10 @@ API (stable; others build on it):
 ``on_close(async_callback, portal=None)``
     Run ``await async_callback()`` on the loop when it shuts down (cached connections);
     returns a function that unregisters it.
+``on_loop_end(callback, portal=None)``
+    Call ``callback()`` on the loop's thread once the loop has ended, however it ended
+    (for threads that wait on results only the loop would set); returns a function
+    that unregisters it.
 ``close_shared(timeout=5.0)``
     Run the close callbacks (bounded by ``timeout``), cancel what still runs, stop the
     loop. Calls still waiting fail with :class:`PortalClosedError`.
@@ -48,6 +52,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import functools
 import inspect
 import itertools
 import logging
@@ -70,6 +75,8 @@ __all__ = [
     "check_blocking_allowed",
     "close_shared",
     "on_close",
+    "on_loop_end",
+    "portal_closed_error",
     "portal_loop",
     "shared_portal",
     "submit",
@@ -109,7 +116,7 @@ class _Loop:
         # After the add: the thread's end marks the loop closed before it takes the
         # set over, so either it sees this call or this check sees the mark.
         if self.closed:
-            raise _closed_error()
+            raise portal_closed_error()
 
     def unwatch(self, call: _Waiting) -> None:
         self.waiting.discard(call)
@@ -123,7 +130,10 @@ class _Loop:
             if _current is self:
                 _current = None
         for call in list(self.waiting):
-            call.abandon()
+            try:
+                call.abandon()
+            except Exception:  # the others must still be failed
+                _log.exception("failing a call left waiting by the ended loop")
         self.waiting.clear()
 
 
@@ -190,7 +200,7 @@ def call(
     except (RuntimeError, PortalClosedError) as exc:  # the loop is closed
         owner.unwatch(blocking)
         blocking.coro.close()
-        raise _closed_error() from exc
+        raise portal_closed_error() from exc
     try:
         return blocking.wait(owner.loop)
     finally:
@@ -251,7 +261,7 @@ class _BlockingCall(Generic[T]):
             raise
         task = self._task
         if task is None or not task.done() or task.cancelled():  # the loop shut down
-            raise _closed_error()
+            raise portal_closed_error()
         exc = task.exception()
         if exc is not None:
             raise exc
@@ -282,14 +292,14 @@ def submit(
     except (RuntimeError, PortalClosedError) as exc:  # the loop is closed
         owner.unwatch(watched)
         coro.close()
-        raise _closed_error() from exc
+        raise portal_closed_error() from exc
     outer.add_done_callback(lambda _: owner.unwatch(watched))
 
     def settle(done: concurrent.futures.Future[T]) -> None:
         if not outer.set_running_or_notify_cancel():
             return
         if done.cancelled():
-            outer.set_exception(_closed_error())
+            outer.set_exception(portal_closed_error())
         elif (exc := done.exception()) is not None:
             outer.set_exception(exc)
         else:
@@ -317,7 +327,7 @@ class _Submitted(Generic[T]):
         _close_unstarted(self.coro)
         with contextlib.suppress(concurrent.futures.InvalidStateError):  # settled meanwhile
             if self.future.set_running_or_notify_cancel():
-                self.future.set_exception(_closed_error())
+                self.future.set_exception(portal_closed_error())
 
 
 def _close_unstarted(coro: Coroutine[Any, Any, Any]) -> None:
@@ -354,7 +364,7 @@ def on_close(
     token = next(_tokens)
     with _lock:
         if owner.closed:
-            raise _closed_error()
+            raise portal_closed_error()
         owner.closers[token] = async_callback
 
     def unregister() -> None:
@@ -362,6 +372,36 @@ def on_close(
             owner.closers.pop(token, None)
 
     return unregister
+
+
+def on_loop_end(
+    callback: Callable[[], None], portal: BlockingPortal | None = None
+) -> Callable[[], None]:
+    """Call ``callback()`` once the loop of ``portal`` (default: the shared one) has
+    ended, on its thread, after the loop stopped: also when it ended abruptly, without
+    running its close callbacks (:func:`on_close`).
+
+    For objects whose callers block on results only the loop would set: the callback
+    fails them. Returns a function that unregisters it; raises
+    :class:`PortalClosedError` if the loop has ended already.
+    """
+    owner = _open_loop_of(portal)
+    hook = _EndHook(callback)
+    try:
+        owner.watch(hook)
+    except PortalClosedError:
+        owner.unwatch(hook)
+        raise
+    return functools.partial(owner.unwatch, hook)
+
+
+class _EndHook:
+    """An :func:`on_loop_end` callback, watched as a waiting call is."""
+
+    __slots__ = ("abandon",)
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.abandon = callback
 
 
 def close_shared(timeout: float = 5.0) -> None:
@@ -425,7 +465,7 @@ def _open_loop_of(portal: BlockingPortal | None) -> _Loop:
     """:func:`_loop_of`, refusing a loop that is shut down."""
     owner = _loop_of(portal)
     if owner.closed:
-        raise _closed_error()
+        raise portal_closed_error()
     return owner
 
 
@@ -474,10 +514,12 @@ async def _run_closers(closers: list[Callable[[], Awaitable[None]]], timeout: fl
                 group.start_soon(run_one, closer)
 
 
-def _closed_error() -> PortalClosedError:
+def portal_closed_error() -> PortalClosedError:
+    """The error of a call that the ended loop never settled."""
     return PortalClosedError(
-        "liftbridge-nats's background loop was shut down (close_shared() or "
-        "interpreter exit): the call did not complete; create new objects to go on"
+        "liftbridge-nats's background loop has ended (close_shared(), interpreter exit, "
+        "or an error on the loop, logged as a warning): the call did not complete; "
+        "create new objects to go on"
     )
 
 

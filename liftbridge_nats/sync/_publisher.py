@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic
 import nats
 
 from .._errors import InvalidArgumentError, PublisherClosedError, UnsentTimeoutError
-from .._inflight import relay_factory
+from .._inflight import RelayFuture, relay_factory
 from .._messages import Ack, AckPolicy, K, V
 from .._pipeline import Pipeline
 from .._publisher import (
@@ -36,7 +36,16 @@ from .._transport import PublishTransport
 from ._bridge import run
 from ._future import LazyFuture
 from ._handoff import Handoff
-from ._portal import check_blocking_allowed, on_close, portal_loop, shared_portal, submit, wait
+from ._portal import (
+    check_blocking_allowed,
+    on_close,
+    on_loop_end,
+    portal_closed_error,
+    portal_loop,
+    shared_portal,
+    submit,
+    wait,
+)
 from ._waiter import Waiter
 
 if TYPE_CHECKING:
@@ -171,6 +180,7 @@ class Publisher(Generic[V, K]):
             submit(open_, portal=self._portal)
         )
         self._unregister = on_close(self._close_at_exit, self._portal)
+        self._unhook = on_loop_end(self._abandon, self._portal)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -216,6 +226,7 @@ class Publisher(Generic[V, K]):
             return
         self._closed = True
         self._unregister()
+        self._unhook()
         run(self._portal, self._aclose, timeout)
 
     async def _aclose(self, timeout: float | None) -> None:
@@ -229,6 +240,17 @@ class Publisher(Generic[V, K]):
     async def _close_at_exit(self) -> None:
         self._closed = True
         await self._aclose(_EXIT_GRACE)
+
+    def _abandon(self) -> None:
+        """The loop ended without closing this publisher (on the loop's thread, the loop
+        stopped): fail every message still waiting, rather than leave its thread
+        blocked on an ack that nothing will read any more."""
+        self._closed = True
+        self._handoff.abandon()
+        error = portal_closed_error()
+        for future in self._pipeline.ledger.outstanding():
+            if isinstance(future, RelayFuture):
+                future.abandon(error)
 
     def _closed_error(self) -> PublisherClosedError:
         return PublisherClosedError("this publisher is closed (close() or exit); create a new one")

@@ -134,7 +134,7 @@ def test_close_shared_fails_a_blocking_call_in_another_thread() -> None:
     thread.join(5)
     assert not thread.is_alive()
     [error] = outcome
-    assert isinstance(error, PortalClosedError) and "shut down" in str(error)
+    assert isinstance(error, PortalClosedError) and "has ended" in str(error)
 
 
 def test_close_shared_runs_close_callbacks_and_fails_waiting_calls() -> None:
@@ -152,7 +152,7 @@ def test_close_shared_runs_close_callbacks_and_fails_waiting_calls() -> None:
     waiting = submit(asyncio.sleep, 30)
     close_shared(timeout=2)
     assert ran == ["closed"]
-    with pytest.raises(PortalClosedError, match="shut down"):
+    with pytest.raises(PortalClosedError, match="has ended"):
         waiting.result(2)
     assert issubclass(PortalClosedError, ClientClosedError)
     # Objects that kept the old portal are refused; new calls start a new loop.

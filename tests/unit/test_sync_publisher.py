@@ -27,7 +27,13 @@ from liftbridge_nats import (
     UnsentTimeoutError,
 )
 from liftbridge_nats._memtransport import MemoryTransport as SilentTransport
-from liftbridge_nats.sync import Client, Consumer, EventLoopRunningError, Publisher
+from liftbridge_nats.sync import (
+    Client,
+    Consumer,
+    EventLoopRunningError,
+    PortalClosedError,
+    Publisher,
+)
 from liftbridge_nats.sync._handoff import Handoff
 from liftbridge_nats.sync._portal import call, portal_loop
 from liftbridge_nats.testing import Failure, MemoryTransport
@@ -185,6 +191,49 @@ def test_close_fails_later_publishes_and_settles_what_waited() -> None:
     with pytest.raises(PublisherClosedError):
         pub.publish("s", b"late")
     pub.close()  # idempotent
+
+
+def test_a_loop_that_ends_abruptly_fails_every_waiting_publish(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The loop stops without the close callbacks that close_shared() runs: nothing will
+    # read acks or free room any more, so the callers must fail, not wait forever.
+    pub = Publisher(SilentTransport(), ack_timeout=60, max_queued=2, **quiet())
+    outcome: dict[str, BaseException] = {}
+
+    def blocked(name: str, value: bytes) -> None:
+        try:
+            pub.publish("s", value)
+        except BaseException as exc:
+            outcome[name] = exc
+
+    in_flight = threading.Thread(target=blocked, args=("in flight", b"a"))
+    in_flight.start()
+    future = pub.publish_async("s", b"b")
+    deadline = time.monotonic() + 5
+    while pub.pending < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pub.pending == 2, "both messages should wait for their ack"
+    no_room = threading.Thread(target=blocked, args=("no room", b"c"))
+    no_room.start()
+    while not pub._handoff._waiting and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pub._handoff._waiting == 1, "the third message should wait for room"
+
+    loop = portal_loop(pub._portal)
+    loop.call_soon_threadsafe(loop.stop)
+    in_flight.join(5)
+    no_room.join(5)
+    assert not in_flight.is_alive() and not no_room.is_alive(), "a publish still waits"
+    assert isinstance(outcome["in flight"], PortalClosedError)
+    assert isinstance(future.exception(5), PortalClosedError)
+    assert isinstance(outcome["no room"], PublisherClosedError)
+    assert "the liftbridge-nats loop ended" in caplog.text
+    with pytest.raises(PublisherClosedError):
+        pub.publish("s", b"late")
+    pub.close()  # nothing to close on a loop that is gone
+    with Publisher(MemoryTransport(), **quiet()) as fresh:  # a new loop serves new objects
+        assert fresh.publish("s", b"fine") is not None
 
 
 def test_blocking_calls_in_a_running_loop_fail_at_once() -> None:
