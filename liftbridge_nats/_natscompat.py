@@ -29,7 +29,9 @@ The fast path does exactly that, synchronously:
   to the parser itself, in order, so nats-py sees the same protocol stream minus our
   acks; from another subscription's message on, the parser reads the rest of the chunk
   as it always did (acks among them take the dispatcher). A client whose parser looks
-  different keeps its parser and gets the dispatcher alone.
+  different keeps its parser and gets the dispatcher alone. The reader also caps how
+  much each of the client's connections reads from its socket at once (the transport
+  under ``_transport._io_writer``; see :mod:`._recvsize`).
 
 :func:`probe` checks once, when a publisher is built, that the client looks like the
 nats-py this was written for (the range pyproject allows; CI runs the oldest and the
@@ -49,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._log import get_logger
+from ._recvsize import cap_read_size
 
 __all__ = ["DirectAcks", "DirectWriter", "Probe", "is_installed", "probe", "reads_frames"]
 
@@ -368,8 +371,14 @@ def _make_reader(nc: Any, table: _RouteTable, ps: Any) -> Callable[[bytes], Awai
     control_line = _parser_module.AWAITING_CONTROL_LINE
     # A partial control line longer than nats-py's limit for one is left to its parser.
     longest_line = _parser_module.MAX_CONTROL_LINE_SIZE
+    capped: Any = None  # the connection's transport whose reads were capped
 
     async def parse(data: bytes = b"") -> None:
+        nonlocal capped
+        transport = getattr(nc, "_transport", None)
+        if transport is not capped:  # a new connection (nats-py makes one per server)
+            capped = transport
+            cap_read_size(getattr(getattr(transport, "_io_writer", None), "transport", None))
         if ps.state != control_line:
             # The parser is inside a message it began: it gets that message's rest.
             rest = ps.needed + 2 - len(ps.buf)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 from ._errors import ClientClosedError
 from ._h2 import UNAVAILABLE, H2Connection, H2ProtocolError, Status
 from ._log import RateLimitedLog, get_logger, redact
+from ._recvsize import cap_read_size
 from ._stream_reader import (
     MAX_BYTES,
     MAX_MESSAGES,
@@ -179,6 +180,7 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        cap_read_size(transport)
         self._lost = asyncio.get_running_loop().create_future()
         self._pool.live.add(self)
         self.h2.initiate()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
+import types
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
 from nats.protocol.parser import AWAITING_MSG_PAYLOAD as _AWAITING_MSG_PAYLOAD
 
 from liftbridge_nats._natscompat import DirectAcks, DirectWriter, is_installed, probe, reads_frames
+from liftbridge_nats._recvsize import READ_SIZE
 
 
 class _Connected:
@@ -292,6 +294,7 @@ class _Reading(_Client):
     def __init__(self, parser: bool = True) -> None:
         super().__init__()
         self.events: list[tuple[Any, ...]] = []
+        self._transport: Any = None
         if parser:
             self._ps = Parser(self)
 
@@ -391,6 +394,33 @@ async def test_the_reader_reads_a_frame_cut_anywhere_and_survives_a_reset() -> N
     count = 2 * (len(frame) - 1) + 1
     assert got == [b"hello"] * count and nc.events == []
     assert nc.stats == {"in_msgs": count, "in_bytes": 5 * count}
+    route.detach()
+
+
+class _SocketTransport:
+    """asyncio's selector socket transport as far as the read size goes."""
+
+    max_size = 256 * 1024
+
+
+class _Connection:
+    def __init__(self) -> None:
+        self._io_writer = types.SimpleNamespace(transport=_SocketTransport())
+
+
+async def test_the_reader_caps_the_read_size_of_each_connection_it_reads() -> None:
+    nc = _Reading()
+    nc._transport = first = _Connection()
+    route = DirectAcks(nc)
+    assert route.attach(_Sub(_ACK_SID), lambda _: None)
+    await nc._ps.parse(b"PING\r\n")
+    assert first._io_writer.transport.max_size == READ_SIZE
+    nc._transport = second = _Connection()  # a reconnect: nats-py makes a new transport
+    await nc._ps.parse(b"PING\r\n")
+    assert second._io_writer.transport.max_size == READ_SIZE
+    nc._transport = None  # between connections
+    await nc._ps.parse(b"PING\r\n")
+    assert nc.events == [("ping",)] * 3
     route.detach()
 
 
