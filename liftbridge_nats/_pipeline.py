@@ -435,17 +435,22 @@ class Pipeline:
     # ------------------------------------------------------------------ submission
 
     def submit_now(
-        self, args: PublishArgs, make: Callable[[], AckFuture], queued: bool = False
+        self,
+        args: PublishArgs,
+        make: Callable[[], AckFuture],
+        queued: bool = False,
+        final: float | None = None,
     ) -> AckFuture | None:
         """Publish one message without awaiting anything and return its future; None
         (and nothing done) when that is not possible: no room in the ledger, the fast
         path off, or the reconnect buffer full. ``queued``: the ledger woke this message
-        from its queue (it has room, whoever still waits behind it)."""
+        from its queue (it has room, whoever still waits behind it); ``final``: see
+        :meth:`prepare`."""
         if (
             (len(self._inflight) >= self.max_inflight or self._room_waiters) and not queued
         ) or not self._fast:
             return None
-        future = self.prepare(args, make)
+        future = self.prepare(args, make, final)
         flight = future.flight
         if (
             flight[DATA]  # empty: already sent (see prepare)
@@ -519,17 +524,25 @@ class Pipeline:
         if left <= 0:  # due, and woken before the timer ran
             self.fail_unsent(call, args[ARG_SUBJECT], args[ARG_CID])
             return
-        # Sent with the rest of the call's time as its timeout: the deadline stays.
-        args = _with_timeout(args, left)
+        # The call's deadline stays. A call without a timeout of its own (the common
+        # one) keeps the fast way, told that deadline; any other is sent with the rest
+        # of its time as its timeout, which the checked way reads.
+        final = queued.deadline if args[ARG_TIMEOUT] is None else None
+        timed = _with_timeout(args, left)
         try:
-            sent = self.submit_now(args, functools.partial(_same, call), queued=True)
+            sent = self.submit_now(
+                timed if final is None else args,
+                functools.partial(_same, call),
+                queued=True,
+                final=final,
+            )
         except Exception as exc:
             call.refuse(exc)  # an argument refused, raised where the call is awaited
             return
         if sent is None:
             # The fast path refused it after all (NATS disconnected and the reconnect
             # buffer full): the slow way, in a task of the pipeline's.
-            task = self.loop.create_task(self._send_queued(call, args))
+            task = self.loop.create_task(self._send_queued(call, timed))
             self.queued.add(task)
             task.add_done_callback(self.queued.discard)
 
@@ -578,9 +591,13 @@ class Pipeline:
 
     # ------------------------------------------------------------------ preparation
 
-    def prepare(self, args: PublishArgs, make: Callable[[], AckFuture]) -> AckFuture:
+    def prepare(
+        self, args: PublishArgs, make: Callable[[], AckFuture], final: float | None = None
+    ) -> AckFuture:
         """Check, encode and (unless AckPolicy.NONE) enter a message in the ledger; its
-        future carries its flight. Unless re-sends are on (or it is AckPolicy.NONE, never
+        future carries its flight. ``final``: the deadline of the whole call (loop time)
+        of a message without a timeout of its own that waited in the ledger's queue; by
+        default the call starts now. Unless re-sends are on (or it is AckPolicy.NONE, never
         sent again anyway), the message is also handed to the fast path here when it
         takes it: its flight then carries no bytes (``flight[DATA]`` and
         ``flight[REPLY]`` are empty).
@@ -603,7 +620,7 @@ class Pipeline:
             or subject not in self._valid_subjects
             or self.trace is not None
         ):
-            return self._prepare_checked(args, make)
+            return self._prepare_checked(args, make, final)
         fields: bytes | None = None
         if key is not None or headers is not None:
             if (
@@ -612,14 +629,14 @@ class Pipeline:
                 or (headers is not None and type(headers) is not dict)
                 or self._crc
             ):
-                return self._prepare_checked(args, make)
+                return self._prepare_checked(args, make, final)
             fields = b""
             if headers:
                 items = tuple(headers.items())
                 try:
                     fields = self._header_fields.get(items)
                 except TypeError:  # an unhashable value: no bytes, refused when checked
-                    return self._prepare_checked(args, make)
+                    return self._prepare_checked(args, make, final)
                 if fields is None:
                     fields = self._remember_headers(items, headers)
         cid = f"{self._cid_prefix}{next(self._cid_counter)}"
@@ -632,19 +649,31 @@ class Pipeline:
             raise too_large_error(subject, cid, len(data), self._max_payload)
         reply = self._reply_prefix + cid_bytes if self._reply_prefix else b""
         now = self.time()
-        deadline = now + self.ack_timeout
-        if self.retry:
-            final = now + self.retry_deadline
+        if final is None:
+            deadline = now + self.ack_timeout
+            final = now + self.retry_deadline if self.retry else deadline
+            ordered = True
         else:
-            final = deadline
-            if not self._outbox and self._write(subject, reply, data):
-                data = reply = b""  # sent (see _prepare_checked)
+            deadline, ordered = self._queued_deadline(now, final)
+        if not self.retry and not self._outbox and self._write(subject, reply, data):
+            data = reply = b""  # sent (see _prepare_checked)
         future = make()
         future.flight = (cid, subject, data, deadline, reply, final, 0)
         if now >= self._sample_at:
             self._sample_latency(future, now)
-        self._ledger_add(future, True)
+        self._ledger_add(future, ordered)
         return future
+
+    def _queued_deadline(self, now: float, final: float) -> tuple[float, bool]:
+        """The deadline of the attempt sent ``now`` for a call that waited in the
+        queue and ends at ``final``, and whether it is in step with the deadlines
+        entered before it (see :meth:`InflightLedger.add`)."""
+        if self.retry:
+            # Each attempt waits ack_timeout at most, within the call's deadline.
+            return min(final, now + self.ack_timeout), False
+        # The call's deadline: not earlier than that of any message sent before it, as
+        # the queue sends first come, first served and every call gets ack_timeout.
+        return final, True
 
     def _remember_headers(
         self, items: tuple[tuple[str, bytes], ...], headers: Mapping[str, bytes]
@@ -655,8 +684,11 @@ class Pipeline:
         fields = self._header_fields[items] = header_fields(headers)
         return fields
 
-    def _prepare_checked(self, args: PublishArgs, make: Callable[[], AckFuture]) -> AckFuture:
-        """:meth:`prepare` for any message: every argument checked.
+    def _prepare_checked(
+        self, args: PublishArgs, make: Callable[[], AckFuture], final: float | None = None
+    ) -> AckFuture:
+        """:meth:`prepare` for any message: every argument checked (``final``: as
+        there).
 
         While tracing, the message's PRODUCER span starts here (unless the args say so:
         the caller started it), its context goes into the headers, and the span ends
@@ -713,7 +745,10 @@ class Pipeline:
         now = self.time()
         if now >= self._sample_at:
             self._sample_latency(future, now)
-        if timeout is None:
+        ordered = timeout is None
+        if final is not None:
+            deadline, ordered = self._queued_deadline(now, final)
+        elif timeout is None:
             if self.retry:
                 final = now + self.retry_deadline
                 deadline = now + self.ack_timeout
@@ -727,7 +762,7 @@ class Pipeline:
             # later) would only keep cold memory busy.
             data = reply = b""
         future.flight = (cid, subject, data, deadline, reply, final, 0)
-        self._ledger_add(future, timeout is None)
+        self._ledger_add(future, ordered)
         return future
 
     def _sample_latency(self, future: AckFuture, sent: float) -> None:

@@ -19,7 +19,7 @@ from liftbridge_nats import (
     PublisherClosedError,
     UnsentTimeoutError,
 )
-from liftbridge_nats._inflight import DEADLINE, FINAL, AckFuture, PublishCall
+from liftbridge_nats._inflight import CID, DEADLINE, FINAL, AckFuture, PublishCall
 from liftbridge_nats._memtransport import MemoryTransport, Sent
 
 
@@ -302,6 +302,34 @@ async def test_a_queued_call_sent_late_gets_only_the_rest_of_its_time() -> None:
         assert loop.time() - started < 0.85
         assert caught.value.maybe_stored  # it was sent: it may have been stored
         assert "never sent" not in str(caught.value)
+
+
+@pytest.mark.parametrize("headers", [None, {"h": b"v"}], ids=["plain", "key+headers"])
+async def test_a_queued_call_with_the_default_timeout_sent_late_keeps_its_call_deadline(
+    headers: dict[str, bytes] | None,
+) -> None:
+    transport = MemoryTransport()
+    async with Publisher(transport, max_inflight=1, ack_timeout=0.6) as pub:
+        loop = asyncio.get_running_loop()
+        first = await pub.publish_async("s", b"x", key=b"k", headers=headers)
+        started = loop.time()
+        queued = pub.publish("s", b"late", key=b"k", headers=headers)
+        await asyncio.sleep(0.3)
+        transport.ack(transport.delivered[0])  # room: it is sent now, 0.3 s into its time
+        await first
+        await asyncio.sleep(0.01)
+        assert _values(transport.delivered) == [b"x", b"late"]
+        assert transport.delivered[1].published.message.key == b"k"
+        assert isinstance(queued, AckFuture)
+        # ack_timeout after the call, not after the send; entered among the ledger's
+        # deadlines in call order (no heap entry of its own).
+        assert queued.flight[FINAL] == queued.flight[DEADLINE]
+        assert started + 0.6 <= queued.flight[DEADLINE] < started + 0.65
+        assert queued.flight[CID] not in pub._pipeline.ledger._unordered
+        with pytest.raises(AckTimeoutError) as caught:
+            await queued  # never acked
+        assert loop.time() - started < 0.85
+        assert caught.value.maybe_stored
 
 
 async def test_a_queued_call_with_retries_keeps_the_whole_deadline_of_its_call() -> None:
