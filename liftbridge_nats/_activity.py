@@ -4,6 +4,12 @@ When the brokers run with ``activity.stream.enabled: true``, the metadata leader
 writes one protobuf ``ActivityStreamEvent`` per operation (create, delete, pause,
 resume, readonly, group join and leave) to the internal ``__activity`` stream.
 :class:`ActivityStream` reads it and yields :class:`ActivityEvent` records.
+
+The leader publishes each event at least once: when recording that it published one
+fails (a Raft timeout on a busy cluster), or when a new metadata leader takes over, it
+publishes again events already in the stream. An event's ``id`` is its operation's Raft
+index, and events are published in Raft order, so :class:`ActivityStream` yields each
+once: an event whose id is not above every id it yielded before is one of those copies.
 """
 
 from __future__ import annotations
@@ -98,10 +104,14 @@ def decode_activity(msg: Message) -> ActivityEvent:
 
 
 class ActivityStream:
-    """Async iterator of :class:`ActivityEvent`; also an async context manager."""
+    """Async iterator of :class:`ActivityEvent`, each event once (the server may
+    publish one again: see the module's notes); also an async context manager."""
 
     def __init__(self, subscription: Subscription) -> None:
         self._sub = subscription
+        self._last_id = -1
+        self.repeats = 0
+        """Events skipped because the server had published them already."""
 
     async def __aenter__(self) -> ActivityStream:
         await self._sub.start()
@@ -122,4 +132,9 @@ class ActivityStream:
         return self
 
     async def __anext__(self) -> ActivityEvent:
-        return decode_activity(await self._sub.__anext__())
+        while True:
+            event = decode_activity(await self._sub.__anext__())
+            if event.id > self._last_id:
+                self._last_id = event.id
+                return event
+            self.repeats += 1
