@@ -528,10 +528,9 @@ class Pipeline:
         # one) keeps the fast way, told that deadline; any other is sent with the rest
         # of its time as its timeout, which the checked way reads.
         final = queued.deadline if args[ARG_TIMEOUT] is None else None
-        timed = _with_timeout(args, left)
         try:
             sent = self.submit_now(
-                timed if final is None else args,
+                _with_timeout(args, left) if final is None else args,
                 functools.partial(_same, call),
                 queued=True,
                 final=final,
@@ -542,7 +541,7 @@ class Pipeline:
         if sent is None:
             # The fast path refused it after all (NATS disconnected and the reconnect
             # buffer full): the slow way, in a task of the pipeline's.
-            task = self.loop.create_task(self._send_queued(call, timed))
+            task = self.loop.create_task(self._send_queued(call, _with_timeout(args, left)))
             self.queued.add(task)
             task.add_done_callback(self.queued.discard)
 

@@ -194,14 +194,11 @@ class Handoff(Generic[T]):
         """Hand over what is queued now, then fail what is put later (on the loop)."""
         while self._queue:
             self._drain()
-        self._closed = True
-        self._fail_queued()
-        with self._cond:
-            self._cond.notify_all()  # blocked producers give up and fail
+        self.abandon()
 
     def abandon(self) -> None:
-        """The loop has ended (on any thread): fail what is queued and what is put
-        later, and wake the producers blocked for room (they fail too)."""
+        """Fail what is queued and what is put later, and wake the producers blocked
+        for room (they fail too): from any thread, also once the loop has ended."""
         self._closed = True
         self._fail_queued()
         with self._cond:
