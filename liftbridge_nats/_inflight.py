@@ -18,9 +18,14 @@ Built for the hot path of pipelined publishing:
   operation, whichever partition it comes from: acks of several partitions interleave,
   and no queue beside the dict has to be cleaned up after them;
 * a publish that waits for room (``max_inflight`` reached) has a deadline too, counted
-  from its call: the same timer expires it, through a heap of the queued publishes'
-  deadlines (a burst over capacity queues thousands, and a timer each would cost more
-  than the heap entry). One expired while queued was never sent.
+  from its call: the same timer expires it (a burst over capacity queues thousands, and
+  a timer each would cost more). Publishes queued with the publisher's default timeout
+  are queued in deadline order, so a deque of them is their deadline queue, and each
+  leaves it as soon as it is sent; those with their own timeout go to a heap. One
+  expired while queued was never sent. A sent publish must not stay referenced until its
+  deadline: the caller's future, its ack and the queue entry would outlive the call by
+  ``ack_timeout``, and a steady burst over capacity would hold hundreds of thousands of
+  them for the garbage collector to scan in every full collection.
 
 With re-sends on, the encoded bytes of an in-flight message stay in its flight, so that
 the publisher can send it again unchanged (same correlation id) after a reconnect or a
@@ -350,6 +355,10 @@ def _deadline_of(future: AckFuture) -> float:
     return future.flight[DEADLINE]
 
 
+def _queued_deadline(waiter: QueuedPublish) -> float:
+    return waiter.deadline
+
+
 class InflightLedger:
     """Correlation id -> the future of the message in flight (its ``flight`` carries the
     rest), with deadlines and a bounded capacity.
@@ -370,6 +379,7 @@ class InflightLedger:
         "_loop",
         "_low_water",
         "_queue_marks",
+        "_queue_order",
         "_timer",
         "_timer_at",
         "_unordered",
@@ -398,8 +408,10 @@ class InflightLedger:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         self._waiters: deque[RoomWaiter] = deque()
-        # Deadlines of the queued publishes (enqueue); marks of publishes that no longer
-        # wait (sent, cancelled) are dropped lazily, as the flights' marks are.
+        # The queued publishes with the default timeout, in call order, which is their
+        # deadline order; the others' deadlines in a heap. Publishes that no longer wait
+        # (sent, cancelled) leave both when room is made or the timer runs.
+        self._queue_order: deque[QueuedPublish] = deque()
         self._queue_marks: list[_QueueMark] = []
         self._arrivals = itertools.count()
         # Set while woken tasks have yet to run: nobody queued behind them goes first.
@@ -524,10 +536,12 @@ class InflightLedger:
         if self._closed:
             raise PublisherClosedError("the publisher is closed")
 
-    def enqueue(self, waiter: QueuedPublish) -> None:
+    def enqueue(self, waiter: QueuedPublish, ordered: bool = False) -> None:
         """Queue ``waiter`` behind the others; its ``set_result`` runs synchronously
         once room frees (at once, when there is room now and nobody is ahead of it),
-        or its ``expire`` once its ``deadline`` passes first.
+        or its ``expire`` once its ``deadline`` passes first. ``ordered`` says its
+        deadline is not earlier than that of any publish queued before with
+        ``ordered`` (true for the publisher's default timeout).
 
         This is how a publish over capacity waits without a task or a coroutine of its
         own: it costs one queue entry and one heap entry instead of a task and its
@@ -544,7 +558,10 @@ class InflightLedger:
             if waiter.done():
                 return  # sent already: no deadline to watch
         deadline = waiter.deadline
-        heapq.heappush(self._queue_marks, (deadline, next(self._arrivals), waiter))
+        if ordered:
+            self._queue_order.append(waiter)
+        else:
+            heapq.heappush(self._queue_marks, (deadline, next(self._arrivals), waiter))
         if self._timer is None or deadline < self._timer_at:
             self._arm()
 
@@ -568,8 +585,19 @@ class InflightLedger:
             waiter.set_result(None)  # a queued publish enters the ledger here
             if is_task:
                 woken += 1
+        self._drop_sent()
         if woken:
             self._after_tasks = self._loop.call_soon(self._after_woken)
+
+    def _drop_sent(self) -> None:
+        """Let go of the queued publishes that no longer wait, at the head of the
+        deadline queues (the ones sent in call order are all there)."""
+        order = self._queue_order
+        while order and order[0].done():
+            order.popleft()
+        marks = self._queue_marks
+        while marks and marks[0][2].done():
+            heapq.heappop(marks)
 
     def _after_woken(self) -> None:
         # The tasks woken last time have run (their wake-ups were scheduled first).
@@ -609,11 +637,13 @@ class InflightLedger:
             heapq.heappop(heap)
         if heap and (when is None or heap[0][0] < when):
             when = heap[0][0]
+        self._drop_sent()
         marks = self._queue_marks
-        while marks and marks[0][2].done():
-            heapq.heappop(marks)
         if marks and (when is None or marks[0][0] < when):
             when = marks[0][0]
+        order = self._queue_order
+        if order and (when is None or order[0].deadline < when):
+            when = order[0].deadline
         return when
 
     def _on_timer(self) -> None:
@@ -643,8 +673,8 @@ class InflightLedger:
         if 0 < ordered < len(expired):
             # A late timer found both kinds due: they go in deadline order all the same.
             expired.sort(key=_deadline_of)
-        marks = self._queue_marks
-        if marks and marks[0][0] <= now:
+        marks, order = self._queue_marks, self._queue_order
+        if (marks and marks[0][0] <= now) or (order and order[0].deadline <= now):
             # Before anything is woken below: a publish past its deadline is not sent.
             self._expire_queued(now)
         for due in expired:
@@ -654,9 +684,19 @@ class InflightLedger:
         self._arm()
 
     def _expire_queued(self, now: float) -> None:
+        due: list[QueuedPublish] = []
+        order = self._queue_order
+        while order and order[0].deadline <= now:
+            due.append(order.popleft())
+        ordered = len(due)
         marks = self._queue_marks
         while marks and marks[0][0] <= now:
-            waiter = heapq.heappop(marks)[2]
+            due.append(heapq.heappop(marks)[2])
+        if 0 < ordered < len(due):
+            # Both kinds due: they fail in deadline order all the same (a stable sort
+            # keeps call order among equal deadlines).
+            due.sort(key=_queued_deadline)
+        for waiter in due:
             if not waiter.done():
                 waiter.expire()
         # Let go of the expired (and cancelled) publishes at the head of the queue now,
@@ -676,6 +716,7 @@ class InflightLedger:
         """Refuse new waiters and wake the waiting ones (they raise PublisherClosedError)."""
         self._closed = True
         self._queue_marks.clear()
+        self._queue_order.clear()
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():

@@ -187,6 +187,10 @@ class _Queued:
         self.args: PublishArgs | None = args
         self.deadline = deadline
 
+    def __call__(self) -> AckFuture:
+        # The future factory of its send: its call's own future, made when it queued.
+        return self.call
+
     def done(self) -> bool:
         return self.args is None or self.call.done()
 
@@ -390,7 +394,11 @@ class Pipeline:
             except InvalidArgumentError as exc:
                 return raising(exc)
             call: Any = self.create_call()
-            self.ledger.enqueue(_Queued(call, self, args, deadline))
+            # The default timeout is the same for every call, so such calls are queued
+            # in deadline order.
+            self.ledger.enqueue(
+                _Queued(call, self, args, deadline), ordered=args[ARG_TIMEOUT] is None
+            )
             return call  # type: ignore[no-any-return]
         # The slow way runs when the coroutine is first awaited, which may be long after
         # this call: its deadline is fixed here, as the queued fast path's is above.
@@ -531,7 +539,7 @@ class Pipeline:
         try:
             sent = self.submit_now(
                 _with_timeout(args, left) if final is None else args,
-                functools.partial(_same, call),
+                queued,
                 queued=True,
                 final=final,
             )

@@ -496,3 +496,44 @@ async def test_a_queued_call_woken_into_a_full_outbox_still_ends_by_its_call_dea
             await queued
         assert 0.4 <= loop.time() - started < 0.9
         kept.cancel()
+
+
+async def test_a_queued_call_once_sent_and_acked_is_not_kept_until_its_deadline() -> None:
+    # A steady burst over capacity used to leave every sent call (its future and ack)
+    # referenced from the queue's deadline marks until the deadline timer ran, an
+    # ack_timeout later: hundreds of thousands of objects for the collector to scan.
+    import gc
+    import weakref
+
+    transport = MemoryTransport()
+    async with Publisher(transport, max_inflight=2, ack_timeout=60) as pub:
+        calls = [pub.publish("s", b"v%d" % i) for i in range(6)]
+        refs = [weakref.ref(call) for call in calls]
+        gathered = asyncio.gather(*calls)
+        await _ack_everything(transport, gathered)
+        del calls, gathered
+        gc.collect()
+        assert [ref() for ref in refs] == [None] * 6
+        ledger = pub._live().ledger
+        assert not ledger._queue_order and not ledger._queue_marks
+
+
+async def test_queued_calls_of_both_kinds_expire_in_deadline_order() -> None:
+    transport = MemoryTransport()
+    async with Publisher(transport, max_inflight=1, ack_timeout=0.2) as pub:
+        first = pub.publish("s", b"x")
+        calls = {
+            "default-1": pub.publish("s", b"a"),
+            "own-0.1": pub.publish("s", b"b", timeout=0.1),
+            "own-0.3": pub.publish("s", b"c", timeout=0.3),
+            "default-2": pub.publish("s", b"d"),
+        }
+        failed: list[str] = []
+        for name, call in calls.items():
+            call.add_done_callback(lambda _f, name=name: failed.append(name))  # type: ignore[attr-defined]
+        results = await asyncio.gather(first, *calls.values(), return_exceptions=True)
+    assert all(isinstance(r, AckTimeoutError) for r in results)
+    assert failed == ["own-0.1", "default-1", "default-2", "own-0.3"]
+    # The due calls failed before the room the first message's timeout freed was given
+    # out: only the one with time left was sent (and then timed out waiting for its ack).
+    assert _values(transport.delivered) == [b"x", b"c"]
