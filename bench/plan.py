@@ -262,6 +262,7 @@ def build(settings: Settings) -> list[Case]:
             spark.READ_PEER: settings.subscribe_count,
             spark.SINK: settings.spark_sink_count,
             spark.SINK_PEER: settings.spark_sink_count,
+            spark.SINK_PAIR: settings.spark_sink_count,
         }
         for client in spark.CLIENTS:
             count = counts.get(client, settings.spark_scale_count)

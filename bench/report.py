@@ -1213,7 +1213,9 @@ def _spark_table(cases: list[Record]) -> list[str]:
         "Read: one task reads the whole partition into Spark's `noop` sink; its rate is "
         "rows over the task's run time as Spark reports it (no job scheduling). Sink: "
         '`df.write.format("liftbridge")` from a `local[2]` session, two tasks, ALL acks, '
-        "two partitions, against one Python Publisher with `publish_async`. The read and "
+        "two partitions, against one Python Publisher with `publish_async`, and against "
+        "two such Publishers in two processes with half the rows each (the sink's shape, "
+        "two tasks in two Python workers, without Spark). The read and "
         "the sink each run once, untimed, before the rounds: the JVM compiles its hot "
         "paths over its first rows, and a cold first round ran 0.6-0.75x the later ones. "
         "Every write goes to a new stream, deleted after its round, so that every write's "
@@ -1231,13 +1233,16 @@ def _spark_table(cases: list[Record]) -> list[str]:
         row(spark.READ_PEER, "`Client.subscribe`, the same partition"),
         row(spark.SINK, f"{count.get(spark.SINK, 0):,} rows"),
         row(spark.SINK_PEER, "`publish_async`, the same rows"),
+        row(spark.SINK_PAIR, "the same, half the rows in each of two processes"),
         row(spark.SCALE_READ_1, f"{count.get(spark.SCALE_READ_1, 0):,} rows, 4 partitions"),
         row(spark.SCALE_READ_2, "the same, two workers"),
         row(spark.SCALE_SINK_1, f"{count.get(spark.SCALE_SINK_1, 0):,} rows, 4 tasks"),
         row(spark.SCALE_SINK_2, "the same, two workers"),
         "",
         f"Ratios: read per task / subscribe {ratio(spark.READ, spark.READ_PEER)} (goal 0.8x); "
-        f"sink / one Publisher {ratio(spark.SINK, spark.SINK_PEER)} (goal 0.9x); two workers "
+        f"sink / one Publisher {ratio(spark.SINK, spark.SINK_PEER)} (goal 0.9x), / two "
+        f"Publishers {ratio(spark.SINK, spark.SINK_PAIR)}; two Publishers / one "
+        f"{ratio(spark.SINK_PAIR, spark.SINK_PEER)}; two workers "
         f"/ one: read {ratio(spark.SCALE_READ_2, spark.SCALE_READ_1)}, sink "
         f"{ratio(spark.SCALE_SINK_2, spark.SCALE_SINK_1)} (on 2 cores shared with the "
         "servers and the driver).",

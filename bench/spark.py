@@ -10,7 +10,10 @@ read and the sink first run once untimed, for the JVM to warm up):
   job's wall-clock rate is kept too.
 * **sink**: ``df.write.format("liftbridge")`` from a ``local[2]`` session (two tasks,
   each with its own Publisher, ALL acks, round-robin over two partitions) against a
-  single Python Publisher doing the same with ``publish_async``.
+  single Python Publisher doing the same with ``publish_async``, and against two such
+  Publishers in two processes, half the rows each: the sink's own shape without Spark
+  (two tasks are two Python workers), which shows what two publishing processes cost
+  on the machine apart from what the sink adds.
 * **scaling**: a Spark standalone cluster (master and workers as processes, one core
   each), first with one worker, then with two: rows per second of a batch read of a
   4-partition stream and of a write to another.
@@ -45,6 +48,7 @@ READ = "spark read (1 task)"
 READ_PEER = "subscribe (same partition)"
 SINK = "spark sink (local[2])"
 SINK_PEER = "one Publisher"
+SINK_PAIR = "two Publishers (two processes)"
 SCALE_READ_1 = "spark read, 1 worker"
 SCALE_READ_2 = "spark read, 2 workers"
 SCALE_SINK_1 = "spark sink, 1 worker"
@@ -54,6 +58,7 @@ CLIENTS = (
     READ_PEER,
     SINK,
     SINK_PEER,
+    SINK_PAIR,
     SCALE_READ_1,
     SCALE_READ_2,
     SCALE_SINK_1,
@@ -168,6 +173,60 @@ async def _publish(nats_url: str, stream: str, partitions: int, rows: int, size:
                 raise RuntimeError(f"{rows - pub.stats.acked} publish(es) of {rows} not acked")
     finally:
         await nc.close()
+
+
+def _publish_pair(
+    nats_url: str, stream: str, partitions: int, rows: int, size: int
+) -> tuple[float, float]:
+    """Two processes each running :func:`_publish` on half the rows, started together
+    once both have imported their modules: (wall seconds, CPU seconds of both, from
+    their own clocks, since a process's CPU leaves /proc when it ends)."""
+    import subprocess
+
+    script = (
+        "import asyncio, sys, time\n"
+        "from bench.spark import _publish\n"
+        "url, stream, parts, rows, size = sys.argv[1:]\n"
+        "print('ready', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "cpu = time.process_time()\n"
+        "asyncio.run(_publish(url, stream, int(parts), int(rows), int(size)))\n"
+        "print(time.process_time() - cpu, flush=True)\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, nats_url, stream, str(partitions), str(n), str(size)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=root,
+        )
+        for n in (rows // 2, rows - rows // 2)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            if proc.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"a publishing process did not start (exit {proc.poll()})")
+        started = time.perf_counter()
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        cpu = 0.0
+        for proc in procs:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            if proc.wait() != 0 or not line.strip():
+                raise RuntimeError(f"a publishing process failed (exit {proc.returncode})")
+            cpu += float(line)
+        return time.perf_counter() - started, cpu
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
 
 
 async def _subscribe(brokers: list[str], stream: str, rows: int) -> int:
@@ -319,7 +378,9 @@ def measure_local(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
     brokers, nats_url, size = spec["brokers"], spec["nats_url"], spec["size"]
     rounds, read_rows, sink_rows = spec["rounds"], spec["read_count"], spec["sink_count"]
     pid = os.getpid()
-    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in (READ, READ_PEER, SINK, SINK_PEER)}
+    runs: dict[str, list[dict[str, Any]]] = {
+        c: [] for c in (READ, READ_PEER, SINK, SINK_PEER, SINK_PAIR)
+    }
     spark = _session("local[2]")
     try:
         # One task reads the whole partition: the split is as large as the read.
@@ -336,7 +397,7 @@ def measure_local(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
             with streams.fresh() as target:
                 _write(df, nats_url, brokers, target)
             for r in range(rounds):
-                order = [READ, READ_PEER, SINK, SINK_PEER]
+                order = [READ, READ_PEER, SINK, SINK_PEER, SINK_PAIR]
                 for client in order if r % 2 == 0 else order[::-1]:
                     meter = Meter(lambda: [pid])
                     if client == READ:
@@ -357,6 +418,19 @@ def measure_local(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
                         with streams.fresh() as target, meter:
                             _write(df, nats_url, brokers, target)
                         res = meter.result(sink_rows, tasks=2)
+                    elif client == SINK_PAIR:
+                        with streams.fresh() as target:
+                            took, cpu = _publish_pair(
+                                nats_url, target, SINK_PARTITIONS, sink_rows, size
+                            )
+                        res = {
+                            "count": sink_rows,
+                            "errors": 0,
+                            "seconds": round(took, 4),
+                            "rate": sink_rows / took,
+                            "cpu_seconds": round(cpu, 4),
+                            "cpu_us_per_msg": cpu / sink_rows * 1e6,
+                        }
                     else:
                         with streams.fresh() as target, meter:
                             asyncio.run(
@@ -439,7 +513,7 @@ def run(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Every Spark figure, by client name; a failed part reports its error per client."""
     out: dict[str, dict[str, Any]] = {}
     parts: list[tuple[Callable[[dict[str, Any]], dict[str, dict[str, Any]]], tuple[str, ...]]] = [
-        (measure_local, (READ, READ_PEER, SINK, SINK_PEER))
+        (measure_local, (READ, READ_PEER, SINK, SINK_PEER, SINK_PAIR))
     ]
     if spec.get("scale_count"):
         parts.append((measure_scaling, (SCALE_READ_1, SCALE_READ_2, SCALE_SINK_1, SCALE_SINK_2)))
@@ -468,6 +542,8 @@ def ratios(results: dict[str, dict[str, Any]]) -> dict[str, float | None]:
     return {
         "read_task_vs_subscribe": div(READ, READ_PEER),
         "sink_vs_publisher": div(SINK, SINK_PEER),
+        "sink_vs_two_publishers": div(SINK, SINK_PAIR),
+        "two_publishers_vs_one": div(SINK_PAIR, SINK_PEER),
         "read_2_vs_1_workers": div(SCALE_READ_2, SCALE_READ_1),
         "sink_2_vs_1_workers": div(SCALE_SINK_2, SCALE_SINK_1),
     }
@@ -509,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
         shown = (
             r.get("error") or f"{r['rate']:>10,.0f} rows/s  cpu {r['cpu_us_per_msg']:.1f} us/row"
         )
-        print(f"{client:<28} {shown}")
+        print(f"{client:<32} {shown}")
     for name, value in ratios(results).items():
         print(f"{name}: {'n/a' if value is None else f'{value:.2f}x'}")
     args.out.write_text(json.dumps({"results": results, "ratios": ratios(results)}, indent=1))
