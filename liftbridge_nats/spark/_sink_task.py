@@ -69,46 +69,59 @@ class TaskResult:
 class _Ledger:
     """Futures of published rows, settled in order; the first failure wins.
 
+    The futures wait in one deque and their partitions (-1: a bare subject) in another,
+    side by side: a (partition, future) pair per row would be one more object per row
+    alive until its ack, for the garbage collector to scan again and again.
+
     A partition's offsets are read from its first ack and its latest one only:
     reading an ack's fields decodes the whole ack (the publisher hands acks over
     undecoded), which per row cost about a fifth of a task's CPU. The sink never
     re-sends, and one connection's publishes to a partition are stored in the order
-    sent, so these are its lowest and highest offsets.
+    sent, so these are its lowest and highest offsets. A task publishes every row with
+    one ack policy: a partition's rows all bring an ack, or none does (AckPolicy.NONE).
     """
 
-    __slots__ = ("acked", "error", "failed", "pending", "ranges", "rows")
+    __slots__ = ("acked", "error", "failed", "futures", "partitions", "ranges", "rows")
 
     def __init__(self) -> None:
         self.rows = 0
         self.acked = 0
         self.failed = 0
         self.error: BaseException | None = None
-        # Per partition: [first offset, latest ack, count].
+        # Per partition: [first offset, the future of its latest ack, count].
         self.ranges: dict[int, list[Any]] = {}
-        self.pending: deque[tuple[int, asyncio.Future[Ack | None]]] = deque()
+        self.futures: deque[asyncio.Future[Ack | None]] = deque()
+        self.partitions: deque[int] = deque()
 
     def drain(self) -> None:
         """Count every settled future at the head of the queue."""
-        pending, ranges = self.pending, self.ranges
-        while pending and pending[0][1].done():
-            partition, fut = pending.popleft()
-            if fut.cancelled():
-                self._fail(PublishError("the publish was cancelled before its ack"))
-                continue
-            exc = fut.exception()
-            if exc is not None:
-                self._fail(exc)
-                continue
-            self.acked += 1
-            ack = fut.result()
-            if ack is None or partition < 0:
-                continue
-            r = ranges.get(partition)
-            if r is None:
-                ranges[partition] = [ack.offset, ack, 1]
-            else:
-                r[1] = ack
-                r[2] += 1
+        futures, partitions, ranges = self.futures, self.partitions, self.ranges
+        next_future, next_partition = futures.popleft, partitions.popleft
+        acked = 0
+        try:
+            while futures and futures[0].done():
+                fut = next_future()
+                partition = next_partition()
+                try:
+                    exc = fut.exception()
+                except asyncio.CancelledError:
+                    exc = PublishError("the publish was cancelled before its ack")
+                if exc is not None:
+                    self._fail(exc)
+                    continue
+                acked += 1
+                if partition < 0:
+                    continue
+                r = ranges.get(partition)
+                if r is not None:
+                    r[1] = fut
+                    r[2] += 1
+                else:
+                    ack = fut.result()
+                    if ack is not None:  # AckPolicy.NONE: no offsets
+                        ranges[partition] = [ack.offset, fut, 1]
+        finally:
+            self.acked += acked
 
     def _fail(self, exc: BaseException) -> None:
         self.failed += 1
@@ -117,7 +130,7 @@ class _Ledger:
 
     def offsets(self) -> tuple[PartitionOffsets, ...]:
         return tuple(
-            PartitionOffsets(p, first, last.offset, count)
+            PartitionOffsets(p, first, last.result().offset, count)
             for p, (first, last, count) in sorted(self.ranges.items())
         )
 
@@ -196,37 +209,52 @@ async def _publish_batch(
     keys = None if cols.key is None else _as_bytes(batch.column(cols.key))
     headers = None if cols.headers is None else _header_maps(batch.column(cols.headers))
     parts = None if cols.partition is None else batch.column(cols.partition).to_pylist()
-    publish_async, pending, subjects = pub.publish_async, ledger.pending, router.subjects
+    publish_async, subjects = pub.publish_async, router.subjects
+    futures, add_partition = ledger.futures, ledger.partitions.append
+    add_future = futures.append
     ledger.rows += len(values)
+    # Settled futures are counted as soon as the head of the queue settles: a future
+    # kept after its ack holds the ack too, for the garbage collector to scan.
     if keys is None and headers is None and parts is None:
         # No key, no header, no partition column: values only, round-robin (or one
-        # bare subject).
-        n = len(subjects) if router.count is not None else 1
-        p = router.spread() if router.count is not None else 0
+        # bare subject, partition -1).
+        if router.count is None:
+            subject = subjects[0]
+            for value in values:
+                add_future(
+                    await publish_async(subject, b"" if value is None else value, ack_policy=policy)
+                )
+                add_partition(-1)
+                if futures[0].done():
+                    ledger.drain()
+            return
+        n = len(subjects)
+        p = router.spread()
         for value in values:
-            fut = await publish_async(
-                subjects[p], b"" if value is None else value, ack_policy=policy
+            add_future(
+                await publish_async(subjects[p], b"" if value is None else value, ack_policy=policy)
             )
-            pending.append((p if router.count is not None else -1, fut))
-            if pending[0][1].done():
+            add_partition(p)
+            if futures[0].done():
                 ledger.drain()
             p = p + 1 if p + 1 < n else 0
-        if router.count is not None:
-            router.spread_from(p)
+        router.spread_from(p)
         return
     for i, value in enumerate(values):
         value = b"" if value is None else value
         key = None if keys is None else keys[i]
         p = router.pick(None if parts is None else parts[i], key, value)
-        fut = await publish_async(
-            subjects[max(p, 0)],
-            value,
-            key=key,
-            headers=None if headers is None else headers[i],
-            ack_policy=policy,
+        add_future(
+            await publish_async(
+                subjects[max(p, 0)],
+                value,
+                key=key,
+                headers=None if headers is None else headers[i],
+                ack_policy=policy,
+            )
         )
-        pending.append((p, fut))
-        if pending[0][1].done():
+        add_partition(p)
+        if futures[0].done():
             ledger.drain()
 
 
@@ -272,8 +300,8 @@ class SinkTask:
         publishes into the next task.
         """
         ledger = self._ledger
-        if ledger.pending:
-            await asyncio.wait([f for _, f in ledger.pending])
+        if ledger.futures:
+            await asyncio.wait(ledger.futures)
         ledger.drain()
         if isinstance(ledger.error, NotConnectedError) and self._pub is not None:
             # The next task (Spark's retry) starts on a new connection.
