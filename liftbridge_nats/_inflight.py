@@ -544,7 +544,7 @@ class InflightLedger:
         ``ordered`` (true for the publisher's default timeout).
 
         This is how a publish over capacity waits without a task or a coroutine of its
-        own: it costs one queue entry and one heap entry instead of a task and its
+        own: it costs one queue entry and one deadline entry instead of a task and its
         frames, which matters when thousands of publishes are started at once. A
         cancelled waiter (``done()``) is skipped when its turn comes.
         """

@@ -98,30 +98,28 @@ class _Ledger:
         futures, partitions, ranges = self.futures, self.partitions, self.ranges
         next_future, next_partition = futures.popleft, partitions.popleft
         acked = 0
-        try:
-            while futures and futures[0].done():
-                fut = next_future()
-                partition = next_partition()
-                try:
-                    exc = fut.exception()
-                except asyncio.CancelledError:
-                    exc = PublishError("the publish was cancelled before its ack")
-                if exc is not None:
-                    self._fail(exc)
-                    continue
-                acked += 1
-                if partition < 0:
-                    continue
-                r = ranges.get(partition)
-                if r is not None:
-                    r[1] = fut
-                    r[2] += 1
-                else:
-                    ack = fut.result()
-                    if ack is not None:  # AckPolicy.NONE: no offsets
-                        ranges[partition] = [ack.offset, fut, 1]
-        finally:
-            self.acked += acked
+        while futures and futures[0].done():
+            fut = next_future()
+            partition = next_partition()
+            try:
+                exc = fut.exception()
+            except asyncio.CancelledError:
+                exc = PublishError("the publish was cancelled before its ack")
+            if exc is not None:
+                self._fail(exc)
+                continue
+            acked += 1
+            if partition < 0:
+                continue
+            r = ranges.get(partition)
+            if r is not None:
+                r[1] = fut
+                r[2] += 1
+            else:
+                ack = fut.result()
+                if ack is not None:  # AckPolicy.NONE: no offsets
+                    ranges[partition] = [ack.offset, fut, 1]
+        self.acked += acked
 
     def _fail(self, exc: BaseException) -> None:
         self.failed += 1
