@@ -126,16 +126,20 @@ class Meter:
 
     def result(self, rows: int, seconds: float | None = None, **extra: Any) -> dict[str, Any]:
         """Figures for ``rows`` rows (``seconds`` instead of the wall time, if given)."""
-        took = self.seconds if seconds is None else seconds
-        return {
-            "count": rows,
-            "errors": 0,
-            "seconds": round(took, 4),
-            "rate": rows / took if took > 0 else 0.0,
-            "cpu_seconds": round(self.cpu, 4),
-            "cpu_us_per_msg": self.cpu / rows * 1e6 if rows else 0.0,
-            **extra,
-        }
+        return figures(rows, self.seconds if seconds is None else seconds, self.cpu, **extra)
+
+
+def figures(rows: int, seconds: float, cpu: float, **extra: Any) -> dict[str, Any]:
+    """The result of one timed section: ``rows`` in ``seconds`` using ``cpu`` seconds."""
+    return {
+        "count": rows,
+        "errors": 0,
+        "seconds": round(seconds, 4),
+        "rate": rows / seconds if seconds > 0 else 0.0,
+        "cpu_seconds": round(cpu, 4),
+        "cpu_us_per_msg": cpu / rows * 1e6 if rows else 0.0,
+        **extra,
+    }
 
 
 # ------------------------------------------------------------------ SDK side
@@ -423,14 +427,7 @@ def measure_local(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
                             took, cpu = _publish_pair(
                                 nats_url, target, SINK_PARTITIONS, sink_rows, size
                             )
-                        res = {
-                            "count": sink_rows,
-                            "errors": 0,
-                            "seconds": round(took, 4),
-                            "rate": sink_rows / took,
-                            "cpu_seconds": round(cpu, 4),
-                            "cpu_us_per_msg": cpu / sink_rows * 1e6,
-                        }
+                        res = figures(sink_rows, took, cpu)
                     else:
                         with streams.fresh() as target, meter:
                             asyncio.run(
