@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from pathlib import Path
 
 import grpc
 import grpc.aio
@@ -117,3 +118,44 @@ async def running_cluster(nodes: int) -> AsyncIterator[tuple[LocalCluster, Strea
     finally:
         await streams.close()
         await cluster.stop()
+
+
+def stopped_servers(cluster: LocalCluster) -> list[str]:
+    """The names of the cluster's servers that are no longer running."""
+    down = [] if cluster.is_nats_running() else ["nats-server"]
+    down += [node for i, node in enumerate(cluster.node_ids) if not cluster.is_running(i)]
+    return down
+
+
+class FailureLogs:
+    """Keeps the servers' logs when cases fail, in ``path``.
+
+    The cluster's directory, logs included, is deleted when the run ends, and a broker
+    that dies in the middle of a run fails every case after it: what it logged is the
+    only account of why. The tail of every server's log is written at the first failed
+    case and again whenever the set of stopped servers changes (so a run of failures
+    after one loss writes it once). A run with no failure writes nothing and removes
+    the file of an earlier run.
+    """
+
+    LINES = 300
+
+    def __init__(self, cluster: LocalCluster, path: Path) -> None:
+        self._cluster = cluster
+        self.path = path
+        self._down: tuple[str, ...] | None = None
+        path.unlink(missing_ok=True)
+
+    def case_failed(self, case: str, error: str) -> None:
+        """Note a failed case; write the log tails when they may tell something new."""
+        down = tuple(stopped_servers(self._cluster))
+        if down == self._down:
+            return
+        self._down = down
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as out:
+            out.write(f"===== after the failed case {case}: {error}\n")
+            out.write(f"stopped servers: {', '.join(down) or 'none'}\n")
+            out.write(self._cluster.log_tail(self.LINES) + "\n\n")
+        stopped = f"; stopped: {', '.join(down)}" if down else ""
+        print(f"  server logs kept in {self.path}{stopped}", flush=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import e2e, machine, plan
-from bench.cluster import Streams, running_cluster
+from bench.cluster import FailureLogs, Streams, running_cluster
 from bench.measure import HEADER_NAME, HEADER_VALUE, KEY, percentiles
 from bench.plan import Case
 from bench.settings import REPO_DIR, Settings
@@ -542,6 +542,7 @@ async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> di
         info = machine.describe(str(ensure_liftbridge()), str(find_nats_server()))
         runner = Runner(settings, cluster.nats_url, cluster.brokers, streams)
         runner.go_binary, runner.go_missing = go_binary, go_missing
+        failures = FailureLogs(cluster, settings.out_dir / "cluster-logs.txt")
         m = info["machine"]
         _log(f"machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['os']}")
         _log("versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()))
@@ -588,6 +589,8 @@ async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> di
                 f"{case.client:<18} {_fmt_result(case, result)}  "
                 f"({time.monotonic() - t0:.1f} s, {time.monotonic() - t_start:.0f} s total)"
             )
+            if "error" in result:
+                failures.case_failed(f"{case.config} / {case.client}", str(result["error"]))
             records.append(
                 {
                     "id": case.id,
