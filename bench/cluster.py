@@ -127,6 +127,20 @@ def stopped_servers(cluster: LocalCluster) -> list[str]:
     return down
 
 
+async def restart_stopped(cluster: LocalCluster) -> list[str]:
+    """Start every server of the cluster that stopped again (same ports and data) and
+    wait until the cluster is ready; the names of those restarted. Raises
+    :class:`~liftbridge_nats.ServerStartError` when the cluster is not ready after that
+    (with every node down, say: the NATS server waits for a running node)."""
+    down = stopped_servers(cluster)
+    if "nats-server" in down:
+        await cluster.restart_nats()
+    for i, node in enumerate(cluster.node_ids):
+        if node in down:
+            await cluster.restart_node(i)
+    return down
+
+
 class FailureLogs:
     """Keeps the servers' logs when cases fail, in ``path``.
 

@@ -855,6 +855,12 @@ def _machine_section(meta: Record) -> list[str]:
         )
     if meta.get("note"):
         lines.append(f"- Note: {meta['note']}")
+    for restart in meta.get("server_restarts", []):
+        lines.append(
+            f"- Restarted during the run: {', '.join(restart['servers'])}, found stopped "
+            f"after case `{restart['after']}` failed (the servers' log tails are in "
+            "cluster-logs.txt); the cases after it ran on the restarted cluster"
+        )
     for peer, why in meta.get("peers_missing", {}).items():
         lines.append(f"- Missing peer {peer}: {why}")
     return lines

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import e2e, machine, plan
-from bench.cluster import FailureLogs, Streams, running_cluster
+from bench.cluster import FailureLogs, Streams, restart_stopped, running_cluster
 from bench.measure import HEADER_NAME, HEADER_VALUE, KEY, percentiles
 from bench.plan import Case
 from bench.settings import REPO_DIR, Settings
@@ -543,6 +543,7 @@ async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> di
         runner = Runner(settings, cluster.nats_url, cluster.brokers, streams)
         runner.go_binary, runner.go_missing = go_binary, go_missing
         failures = FailureLogs(cluster, settings.out_dir / "cluster-logs.txt")
+        restarts: list[dict[str, Any]] = []
         m = info["machine"]
         _log(f"machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['os']}")
         _log("versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()))
@@ -589,8 +590,19 @@ async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> di
                 f"{case.client:<18} {_fmt_result(case, result)}  "
                 f"({time.monotonic() - t0:.1f} s, {time.monotonic() - t_start:.0f} s total)"
             )
-            if "error" in result:
-                failures.case_failed(f"{case.config} / {case.client}", str(result["error"]))
+            if "error" in result or result.get("failed_rounds"):
+                error = result.get("error") or f"{result['failed_rounds']} round(s) failed"
+                failures.case_failed(f"{case.config} / {case.client}", str(error))
+                # A server lost mid-run would fail every case after it: start it again,
+                # say so in the results, and go on.
+                try:
+                    restarted = await restart_stopped(cluster)
+                except Exception as exc:  # the results so far are still written
+                    _log(f"  could not restart the stopped servers: {exc}")
+                    restarted = []
+                if restarted:
+                    _log(f"  restarted {', '.join(restarted)}, which had stopped; going on")
+                    restarts.append({"after": case.id, "servers": restarted})
             records.append(
                 {
                     "id": case.id,
@@ -617,6 +629,7 @@ async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> di
             "load_before": load_before,
             "load_after": machine.load_average(),
             "speed_probes_ms": runner.speed_probes,
+            "server_restarts": restarts,
             "settings": {
                 "nodes": settings.nodes,
                 "count": settings.count,

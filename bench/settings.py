@@ -7,6 +7,10 @@ from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
+# Rounds of the Spark section: more than the publish cases' three, since a round of it
+# takes seconds and its rounds swung by up to half (a sink round at 46k rows/s between
+# two at 96k).
+SPARK_ROUNDS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +74,7 @@ class Settings:
     spark: bool = True
     spark_sink_count: int = 300_000
     spark_scale_count: int = 200_000
-    spark_rounds: int = 3
+    spark_rounds: int = SPARK_ROUNDS
     # End-to-end latency (bench.e2e): offered loads, measured seconds per load and
     # client (after a warm-up at the same rate that is not timed), split into this many
     # alternating rounds and pooled, as the ack-latency cases are: a stall of the shared

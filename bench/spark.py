@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.measure import payload
+from bench.settings import SPARK_ROUNDS
 
 READ = "spark read (1 task)"
 READ_PEER = "subscribe (same partition)"
@@ -554,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     parser = argparse.ArgumentParser(description="Spark source and sink beside the SDK")
     parser.add_argument("--rows", type=int, default=200_000, help="rows per read and write")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=SPARK_ROUNDS)
     parser.add_argument("--scale-rows", type=int, help="rows of the scaling runs (0: skip them)")
     parser.add_argument("--out", type=Path, default=Path("spark_bench.json"))
     args = parser.parse_args(argv)

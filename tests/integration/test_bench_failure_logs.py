@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.cluster import FailureLogs, stopped_servers  # noqa: E402
+from bench.cluster import FailureLogs, restart_stopped, stopped_servers  # noqa: E402
 
 pytestmark = pytest.mark.processes_only(
     "the benchmark's cluster is a LocalCluster: its logs are files of local processes"
@@ -57,3 +57,19 @@ async def test_failed_cases_keep_the_log_tails_once_per_change_of_stopped_server
         # Still the same node down: written once for the whole run of failures after it.
         logs.case_failed("ALL p1-rf1 100 B / bare", "RuntimeError: fourth")
         assert path.read_text() == after
+
+        # The run goes on with the node started again.
+        assert await restart_stopped(cluster) == [node]
+        assert cluster.is_running(0)
+        assert stopped_servers(cluster) == []
+        assert await restart_stopped(cluster) == []
+
+
+async def test_a_stopped_nats_server_is_restarted(tmp_path: Path) -> None:
+    async with LocalCluster() as cluster:
+        await cluster.kill_nats()
+        assert stopped_servers(cluster) == ["nats-server"]
+        assert await restart_stopped(cluster) == ["nats-server"]
+        assert stopped_servers(cluster) == []
+        # restart_stopped returned once the node was back on NATS: the cluster serves.
+        await cluster.wait_ready(timeout=20)

@@ -254,6 +254,18 @@ def test_the_machine_section_shows_how_far_the_speed_moved() -> None:
     )
 
 
+def test_the_machine_section_names_servers_restarted_during_the_run() -> None:
+    record = _record()
+    assert "Restarted during the run" not in report.markdown(record)
+    record["meta"]["server_restarts"] = [
+        {"after": "publish/go_PublishAsync/1024B/ALL/p3-rf3", "servers": ["n1"]}
+    ]
+    assert (
+        "- Restarted during the run: n1, found stopped after case "
+        "`publish/go_PublishAsync/1024B/ALL/p3-rf3` failed" in report.markdown(record)
+    )
+
+
 def test_the_speed_probe_times_the_loop() -> None:
     from bench import machine
 
