@@ -78,11 +78,22 @@ func fanout(ctx context.Context, c lift.Client, stream string, partitions, count
 	done := make(chan error, partitions)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	sample := func() {
+		n := status("Threads:")
+		for {
+			old := atomic.LoadInt64(peak)
+			if n <= old || atomic.CompareAndSwapInt64(peak, old, n) {
+				return
+			}
+		}
+	}
+	// Sampled at the start and at the end as well: a short read can finish before the
+	// sampling goroutine first runs.
+	sample()
+	defer sample()
 	go func() {
 		for ctx.Err() == nil {
-			if n := status("Threads:"); n > atomic.LoadInt64(peak) {
-				atomic.StoreInt64(peak, n)
-			}
+			sample()
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
