@@ -65,7 +65,7 @@ async def test_failed_cases_keep_the_log_tails_once_per_change_of_stopped_server
         assert await restart_stopped(cluster) == []
 
 
-async def test_a_stopped_nats_server_is_restarted(tmp_path: Path) -> None:
+async def test_a_stopped_nats_server_is_restarted() -> None:
     async with LocalCluster() as cluster:
         await cluster.kill_nats()
         assert stopped_servers(cluster) == ["nats-server"]
