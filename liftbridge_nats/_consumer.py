@@ -581,7 +581,9 @@ class Consumer(Generic[V, K]):
         await self._reconcile(assigned, epoch)
 
     async def _heartbeat_loop(self) -> None:
-        while True:
+        # (``not self._closed``, not ``True``: should anything under it ever swallow
+        # close()'s cancellation, the loop still ends, and close() with it.)
+        while not self._closed:
             await asyncio.sleep(self._membership.interval())
             try:
                 await self._heartbeat()
@@ -631,7 +633,7 @@ class Consumer(Generic[V, K]):
         await membership.report_if_silent()
 
     async def _checkpoint_loop(self, interval: float) -> None:
-        while True:
+        while not self._closed:
             await asyncio.sleep(interval)
             try:
                 await self.commit()

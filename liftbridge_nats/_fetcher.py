@@ -33,7 +33,6 @@ The fetcher reads each partition through :class:`._read_transport.PartitionFeed`
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -546,7 +545,10 @@ class Fetcher:
         )
 
     async def stop(self, parts: list[PartitionState]) -> None:
-        """Wait for the drivers of detached partitions to end."""
-        tasks = [p.task for p in parts if p.task is not None]
-        with contextlib.suppress(BaseException):
-            await asyncio.gather(*tasks, return_exceptions=True)
+        """Wait for the drivers of detached partitions (cancelled by :meth:`detach`)
+        to end. A cancellation of the caller ends the wait and is raised: swallowed,
+        it would leave a heartbeat that was releasing partitions running after
+        ``close()`` cancelled it, and ``close()`` waiting for it forever."""
+        tasks = [p.task for p in parts if p.task is not None and not p.task.done()]
+        if tasks:
+            await asyncio.wait(tasks)

@@ -366,6 +366,45 @@ async def test_a_member_whose_stream_another_member_took_stops_reading_it() -> N
         assert await a.getmany(timeout=0.02) == {}
 
 
+async def test_close_ends_while_the_heartbeat_waits_for_a_released_partition() -> None:
+    """close() cancels the heartbeat while it gives a partition up and waits for the
+    partition's reader to wind up: the heartbeat must end there, or close() waits
+    for it forever."""
+    reads, coordinator = cluster(2)
+    c = consumer(reads, coordinator, "a")
+    await c.start()
+    try:
+        assert await c.wait_for_assignment(2) == {("s", 0), ("s", 1)}
+        await until(lambda: len(c._fetcher.parts) == 2)
+        # The reader of partition 1 takes its time to end once cancelled (a stream
+        # being torn down on a busy machine).
+        part = c._fetcher.parts["s", 1]
+        assert part.task is not None
+        part.task.cancel()
+        wound_up = asyncio.Event()
+
+        async def slow_to_end() -> None:
+            try:
+                await asyncio.Event().wait()
+            finally:
+                await wound_up.wait()
+
+        part.task = asyncio.ensure_future(slow_to_end())
+        # Another member joins (membership only): a's next heartbeat gives p1 up.
+        await coordinator.JoinConsumerGroup(
+            api_pb2.JoinConsumerGroupRequest(groupId="g", consumerId="b", streams=["s"]), 1.0
+        )
+        await until(lambda: ("s", 1) not in c._fetcher.parts)
+        assert not part.task.done()  # the heartbeat waits for it
+    finally:
+        async with asyncio.timeout(2):
+            await c.close()
+    assert "a" not in coordinator.members  # close() went on to leave the group
+    wound_up.set()
+    await asyncio.wait([part.task], timeout=1)
+    assert part.task.cancelled()
+
+
 async def test_a_start_whose_join_failed_can_be_tried_again() -> None:
     reads, coordinator = cluster()
     reads.extend("s", [b"x"] * 2)
