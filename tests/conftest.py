@@ -12,6 +12,10 @@ that start fails the test with what to do.
 What collection loaded is frozen out of garbage collection once it ends (see
 ``pytest_collection_finish``).
 
+An async test still running 20 s before its pytest-timeout prints the stack of every
+task on its event loop to stderr (shown with the failure): the timeout's own report
+shows only the main thread, idle in ``select`` when a task waits forever.
+
 With ``LIFTBRIDGE_NATS_TEST_INSTALLED=1`` (the release checks, which test the built wheel
 in a venv of its own) the run stops at once if ``liftbridge_nats`` was imported from the
 checkout rather than from that venv.
@@ -23,9 +27,12 @@ SDK providers read in memory).
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import inspect
 import os
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -65,6 +72,49 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # blame them on the SDK. Frozen, it is left out; what the tests allocate is collected.
     gc.collect()
     gc.freeze()
+
+
+def _awaits(coro: Any) -> list[str]:
+    """Where a coroutine and everything it awaits are suspended (a task's own
+    ``print_stack`` shows one frame of a suspended coroutine)."""
+    out = []
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            code = frame.f_code
+            out.append(f"{code.co_filename}:{frame.f_lineno} in {code.co_name}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _stacks_before_the_timeout(request: pytest.FixtureRequest) -> None:
+    if inspect.iscoroutinefunction(getattr(request, "function", None)):
+        request.getfixturevalue("_task_stacks_before_the_timeout")
+
+
+@pytest.fixture
+async def _task_stacks_before_the_timeout(request: pytest.FixtureRequest) -> Any:
+    marker = request.node.get_closest_marker("timeout")
+    limit = float(marker.args[0] if marker and marker.args else request.config.getini("timeout"))
+    if limit <= 20:
+        yield
+        return
+    loop = asyncio.get_running_loop()
+
+    def dump() -> None:
+        print(
+            f"\n---- {request.node.nodeid}: still running after {limit - 20:.0f} s; its tasks:",
+            file=sys.stderr,
+        )
+        for task in asyncio.all_tasks(loop):
+            print(f"-- {task.get_name()}, awaiting (outermost first):", file=sys.stderr)
+            for where in _awaits(task.get_coro()):
+                print(f"   {where}", file=sys.stderr)
+
+    handle = loop.call_later(limit - 20, dump)
+    yield
+    handle.cancel()
 
 
 @pytest.fixture(autouse=True)
