@@ -41,7 +41,6 @@ from ._stream_reader import (
     StreamReader,
     status_error,
 )
-from ._tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from ._proto import api_pb2
@@ -306,7 +305,9 @@ class _Connection(asyncio.Protocol):
         """Give up a connection attempt in progress (for closing) and wait for it."""
         task = self._connecting
         if task is not None and not task.done():
-            await cancel_and_wait(task)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 def _unreachable(exc: BaseException) -> CallStatusError:

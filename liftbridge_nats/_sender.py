@@ -24,6 +24,7 @@ either way the stream routes may resume a paused partition in the background).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -43,7 +44,6 @@ from ._inflight import (
     next_attempt,
 )
 from ._log import RateLimitedLog, get_logger
-from ._tasks import cancel_and_wait
 from ._transport import PublishTransport
 
 __all__ = ["Outgoing", "Sender"]
@@ -134,7 +134,9 @@ class Sender:
         self._room.set()
         task, self._task = self._task, None
         if task is not None:
-            await cancel_and_wait(task)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     # ------------------------------------------------------------------ queries
 
