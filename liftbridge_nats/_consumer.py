@@ -289,20 +289,24 @@ class Consumer(Generic[V, K]):
             self._log_revoked(parts)
         self._batches.clear()
         self._fetcher.wake()  # an iteration waiting for messages ends
-        await self._fetcher.stop(parts)
         try:
-            if self._auto_checkpoint is not None:
-                with contextlib.suppress(LiftbridgeError):
-                    await self._commit_parts(parts)
-            if parts and self._listener is not None:
-                await self._call_listener(
-                    "on_partitions_revoked", {StreamPartition(*p.key) for p in parts}
-                )
-            if self._membership.joined:
-                with contextlib.suppress(LiftbridgeError):
-                    await self._membership.leave()
+            await self._fetcher.stop(parts)
         finally:
-            self._membership.joined = False
+            # Cancelled while the readers wind up, close() still commits and leaves
+            # (then the cancellation goes on).
+            try:
+                if self._auto_checkpoint is not None:
+                    with contextlib.suppress(LiftbridgeError):
+                        await self._commit_parts(parts)
+                if parts and self._listener is not None:
+                    await self._call_listener(
+                        "on_partitions_revoked", {StreamPartition(*p.key) for p in parts}
+                    )
+                if self._membership.joined:
+                    with contextlib.suppress(LiftbridgeError):
+                        await self._membership.leave()
+            finally:
+                self._membership.joined = False
 
     async def wait_for_assignment(self, timeout: float | None = None) -> frozenset[StreamPartition]:
         """Wait until the coordinator has assigned this member at least one partition."""
@@ -725,18 +729,23 @@ class Consumer(Generic[V, K]):
         if not parts:
             return
         self._log_revoked(parts)
-        await self._fetcher.stop(parts)
         for part in parts:
             self._revoking[part.key] = part
         try:
-            if self._auto_checkpoint is not None:
-                async with self._commit_lock:
-                    with contextlib.suppress(LiftbridgeError):
-                        await self._commit_parts(parts)
-            if self._listener is not None:
-                await self._call_listener(
-                    "on_partitions_revoked", {StreamPartition(*p.key) for p in parts}
-                )
+            try:
+                await self._fetcher.stop(parts)
+            finally:
+                # Cancelled while the readers wind up (close() cancels the heartbeat),
+                # this still commits what was delivered, where the partitions' new
+                # owners resume, and tells the listener.
+                if self._auto_checkpoint is not None:
+                    async with self._commit_lock:
+                        with contextlib.suppress(LiftbridgeError):
+                            await self._commit_parts(parts)
+                if self._listener is not None:
+                    await self._call_listener(
+                        "on_partitions_revoked", {StreamPartition(*p.key) for p in parts}
+                    )
         finally:
             for part in parts:
                 if self._revoking.get(part.key) is part:

@@ -369,13 +369,16 @@ async def test_a_member_whose_stream_another_member_took_stops_reading_it() -> N
 async def test_close_ends_while_the_heartbeat_waits_for_a_released_partition() -> None:
     """close() cancels the heartbeat while it gives a partition up and waits for the
     partition's reader to wind up: the heartbeat must end there, or close() waits
-    for it forever."""
+    for it forever; and it still commits the partition's position (its new owner
+    resumes there) and tells the listener."""
     reads, coordinator = cluster(2)
-    c = consumer(reads, coordinator, "a")
+    reads.extend("s", [b"x"] * 3, partition=1)
+    heard = Recorder()
+    c = consumer(reads, coordinator, "a", listener=heard, auto_checkpoint_interval=10.0)
     await c.start()
     try:
         assert await c.wait_for_assignment(2) == {("s", 0), ("s", 1)}
-        await until(lambda: len(c._fetcher.parts) == 2)
+        assert await offsets(c, 3) == [(1, 0), (1, 1), (1, 2)]
         # The reader of partition 1 takes its time to end once cancelled (a stream
         # being torn down on a busy machine).
         part = c._fetcher.parts["s", 1]
@@ -400,6 +403,12 @@ async def test_close_ends_while_the_heartbeat_waits_for_a_released_partition() -
         async with asyncio.timeout(2):
             await c.close()
     assert "a" not in coordinator.members  # close() went on to leave the group
+    assert cursor(coordinator, 1) == 2
+    assert heard.events == [
+        ("assigned", {StreamPartition("s", 0), StreamPartition("s", 1)}),
+        ("revoked", {StreamPartition("s", 1)}),
+        ("revoked", {StreamPartition("s", 0)}),
+    ]
     wound_up.set()
     await asyncio.wait([part.task], timeout=1)
     assert part.task.cancelled()
