@@ -7,13 +7,15 @@ flusher task; an incoming message goes from the protocol parser to ``_process_ms
 The fast path does exactly that, synchronously:
 
 * :class:`DirectWriter` appends ``PUB`` commands to the client's outgoing buffer
-  (``_pending``, ``_pending_data_size``) and wakes the flusher through ``_flush_queue``,
-  as ``nc.publish`` does. When the buffer is over the client's pending limit it refuses
-  the command and :meth:`DirectWriter.wait_writable` waits until the flusher has
-  written the buffer out: the same backpressure ``nc.publish`` applies, without leaving
-  the fast path. Once 256 KiB wait in the buffer (or half the pending limit) and the
-  socket has kept up, it hands the buffer to the TCP transport itself (``_transport``,
-  as the flusher does), so that a caller publishing for long without yielding has the
+  (``_pending``, ``_pending_data_size``), as ``nc.publish`` does, and at the start of
+  the next turn of the loop hands the buffer to the TCP transport itself
+  (``_transport``, as the flusher does) when the socket keeps up; otherwise it wakes the
+  flusher through ``_flush_queue``, as ``nc.publish`` does. When the buffer is over the
+  client's pending limit it refuses the command and :meth:`DirectWriter.wait_writable`
+  waits until the flusher has written the buffer out: the same backpressure
+  ``nc.publish`` applies, without leaving the fast path. Once 256 KiB wait in the
+  buffer (or half the pending limit) and the socket has kept up, the buffer goes to the
+  transport at once, so that a caller publishing for long without yielding has the
   server at work meanwhile;
 * :class:`DirectAcks` puts one dispatcher in place of the client's ``_process_msg``
   (an attribute of that client object only; the class is untouched): a plain message
@@ -155,14 +157,16 @@ class DirectWriter:
     Use only on a client :func:`probe` accepted. :meth:`write` returns False when the
     command was not taken: the client is not connected (or draining), its flusher is
     not running, or the buffer is over its pending limit (then :attr:`congested` is
-    True and :meth:`wait_writable` waits for the flusher). A write that fills the
-    buffer past 256 KiB (or half the pending limit) writes it to the socket at once,
-    unless the socket is behind.
+    True and :meth:`wait_writable` waits for the flusher). What a turn of the loop
+    wrote goes to the socket at the start of the next (:meth:`_hand_over`), and a write
+    that fills the buffer past 256 KiB (or half the pending limit) at once, unless the
+    socket is behind.
     """
 
     __slots__ = (
         "_connected",
         "_flushed",
+        "_handing_over",
         "_heads",
         "_loop",
         "_nc",
@@ -185,13 +189,14 @@ class DirectWriter:
         self._flushed: asyncio.Future[None] | None = None
         self._waiters: list[asyncio.Future[None]] = []
         self._timer: asyncio.TimerHandle | None = None
+        self._handing_over = False
         limit = nc._max_pending_size
         self._write_through_at = min(_WRITE_THROUGH, limit // 2) if limit > 0 else _WRITE_THROUGH
         self.congested = False
         self.sent = 0
 
     def write(self, subject: str, reply: bytes, data: bytes) -> bool:
-        """Queue one message for the client's flusher; False if it was not taken."""
+        """Queue one message for the socket; False if it was not taken."""
         nc = self._nc
         if nc._status != self._connected:
             self.congested = False
@@ -216,16 +221,15 @@ class DirectWriter:
             # lets the caller keep it (in order) until the flusher caught up.
             self.congested = True
             return False
-        queue = nc._flush_queue
-        if not queue._queue:  # asyncio.Queue.empty(), without the call
-            # Nothing queued for the flusher: make sure it runs, then wake it once (what
-            # nc.publish does through _flush_pending).
+        if not self._handing_over:
+            # The first command of this turn of the loop: the buffer goes to the socket
+            # in the next turn (see _hand_over), with every command added meanwhile.
             flusher = nc._flusher_task
             if flusher is None or flusher.done():
                 self.congested = False
                 return False
-            self._flushed = flushed = self._loop.create_future()
-            queue.put_nowait(flushed)
+            self._handing_over = True
+            self._loop.call_soon(self._hand_over)
         nc._pending.extend(pieces)
         nc._pending_data_size = pending_size
         if pending_size >= self._write_through_at:
@@ -236,14 +240,38 @@ class DirectWriter:
         self.sent += 1
         return True
 
-    def _write_through(self, nc: Any) -> None:
-        """Hand the client's outgoing buffer to its socket now, as its flusher would.
+    def _hand_over(self) -> None:
+        """Give what this turn of the loop added to the buffer to the socket.
 
-        A caller that publishes thousands of messages without yielding (a burst of
-        ``publish()`` calls, or many tasks run in one turn of the loop) would otherwise
-        send nothing before it yields, and the server would idle while the client
-        encodes. When the socket is behind, the buffer waits for the flusher (and
-        nats-py's pending limit paces the caller, as before)."""
+        Written here, as the flusher would, when the socket keeps up: the flusher's
+        wake-up (a future, its queue, a turn of its task and of ``drain()``) per turn
+        of the loop costs more than the write itself when a few messages go per turn
+        (a steady rate rather than bursts). When the socket is behind, or the client
+        is not connected, or its transport is not TCP, the flusher is woken instead:
+        it writes and waits for the socket to drain, and nats-py's pending limit paces
+        the callers, as with ``nc.publish``.
+        """
+        self._handing_over = False
+        nc = self._nc
+        if not nc._pending_data_size:
+            return  # the flusher (or a write-through) took it already
+        if nc._status == self._connected and self._write_through(nc):
+            return
+        queue = nc._flush_queue
+        if queue is not None and not queue._queue:  # asyncio.Queue.empty(), without the call
+            self._flushed = flushed = self._loop.create_future()
+            queue.put_nowait(flushed)
+
+    def _write_through(self, nc: Any) -> bool:
+        """Hand the client's outgoing buffer to its socket now, as its flusher would;
+        False when it was left for the flusher.
+
+        Also called while a turn of the loop adds commands: a caller that publishes
+        thousands of messages without yielding (a burst of ``publish()`` calls, or many
+        tasks run in one turn of the loop) would otherwise send nothing before it
+        yields, and the server would idle while the client encodes. When the socket is
+        behind, the buffer waits for the flusher (and nats-py's pending limit paces the
+        caller, as before)."""
         transport: Any = getattr(nc, "_transport", None)
         writer = getattr(transport, "_io_writer", None)
         if writer is None:
@@ -251,16 +279,17 @@ class DirectWriter:
                 # Not the TCP transport (websockets queue their own writes): the
                 # flusher alone writes for this client.
                 self._write_through_at = sys.maxsize
-            return
+            return False
         try:
             if writer.transport.get_write_buffer_size() > self._write_through_at:
-                return
+                return False
             transport.writelines(nc._pending)
         except (AttributeError, RuntimeError):
             # The transport is closing: nothing was written, the flusher meets it.
-            return
+            return False
         nc._pending = []
         nc._pending_data_size = 0
+        return True
 
     @property
     def usable(self) -> bool:

@@ -51,7 +51,12 @@ def test_buffers_join_to_what_nats_py_would_send(reply: str, size: int) -> None:
         assert b"".join(nc._pending) == expected
         assert nc._pending_data_size == len(expected)
         assert nc.stats == {"out_msgs": 3, "out_bytes": 3 * size}
-        assert nc._flush_queue.qsize() == 1  # one flusher wake-up for the burst
+        # One hand-over in the next turn of the loop; with no socket to take the
+        # buffer, it wakes the flusher, once for the three.
+        assert nc._flush_queue.qsize() == 0
+        await asyncio.sleep(0)
+        assert nc._flush_queue.qsize() == 1
+        assert b"".join(nc._pending) == expected
 
     asyncio.run(main())
 
@@ -143,7 +148,11 @@ def test_a_long_run_of_writes_reaches_the_socket_before_the_flusher_runs(
         assert all(threshold <= len(chunk) < threshold + 1100 for chunk in transport.written)
         assert nc._pending_data_size == len(b"".join(nc._pending)) < threshold
         assert nc.stats["out_msgs"] == 1000 and writer.sent == 1000 and not writer.congested
-        assert nc._flush_queue.qsize() == 1  # the flusher still writes what is left
+        # The rest goes in the next turn of the loop, without the flusher.
+        await asyncio.sleep(0)
+        assert b"".join(transport.written) == expected
+        assert nc._pending == [] and nc._pending_data_size == 0
+        assert nc._flush_queue.qsize() == 0
 
     asyncio.run(main())
 
@@ -164,10 +173,44 @@ def test_the_buffer_waits_for_the_flusher_when_the_socket_cannot_take_it(
         expected = _publish_kib(writer, 1000)
         assert transport.written == []
         assert b"".join(nc._pending) == expected and nc._pending_data_size == len(expected)
+        # The next turn of the loop leaves the buffer to the flusher (woken once).
+        await asyncio.sleep(0)
+        assert transport.written == [] and nc._flush_queue.qsize() == 1
         # The pending limit still paces the caller.
         while writer.write("orders", b"", b"x" * 1024):
             pass
         assert writer.congested and nc._pending_data_size <= 2 << 20
+
+    asyncio.run(main())
+
+
+def test_each_turn_of_the_loop_hands_its_messages_to_the_socket_in_one_write() -> None:
+    """A steady trickle (a few messages per turn of the loop) goes to the socket
+    without waking nats-py's flusher: one write per turn, in order."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        nc = _Connected(loop)
+        nc._transport = transport = _Transport()
+        writer = DirectWriter(nc, loop)
+        turns = [[b"a" * 10, b"b" * 20], [b"c" * 30], [b"d" * 5, b"e" * 6, b"f" * 7]]
+        for done, payloads in enumerate(turns):
+            for payload in payloads:
+                assert writer.write("s", b"_INBOX.x", payload)
+            assert len(transport.written) == done  # nothing goes before the turn ends
+            await asyncio.sleep(0)
+        assert transport.written == [
+            b"".join(pub_cmd("s", "_INBOX.x", p) for p in payloads) for payloads in turns
+        ]
+        assert nc._pending == [] and nc._pending_data_size == 0
+        assert nc._flush_queue.qsize() == 0
+        # Disconnected before the turn ends, its messages wait in the buffer (nats-py
+        # sends them once it has reconnected) and the flusher is woken for them.
+        assert writer.write("s", b"", b"g")
+        nc._status = 0
+        await asyncio.sleep(0)
+        assert len(transport.written) == 3 and nc._flush_queue.qsize() == 1
+        assert b"".join(nc._pending) == b"PUB s 1\r\ng\r\n"
 
     asyncio.run(main())
 
