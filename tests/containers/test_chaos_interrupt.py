@@ -20,8 +20,9 @@ from liftbridge_nats.testing._docker import CLUSTER_LABEL
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 ROOT = Path(__file__).resolve().parents[2]
-# Seed 6's schedule starts with pause(n0) at t+5 s: once its line is printed, a node is
-# frozen and the data tmpfs of n2 (a volume and its holder container) exists.
+# Seed 6's schedule starts with pause(n0) at t+5 s: its line is printed as the fault
+# starts (the pause follows within a moment), and the data tmpfs of n2 (a volume and its
+# holder container) exists by then.
 _SEED = "6"
 
 
@@ -38,6 +39,17 @@ def _wait_for_line(process: subprocess.Popen[str], pattern: str, within: float) 
         if re.search(pattern, line):
             return lines
     raise AssertionError(f"no line matching {pattern!r} in:\n{''.join(lines)}")
+
+
+def _wait_for_a_paused_container(client: Any, label: str, within: float = 15.0) -> None:
+    deadline = time.monotonic() + within
+    while True:
+        during = client.containers.list(all=True, filters={"label": label})
+        if any(c.status == "paused" for c in during):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no container paused: {[c.name for c in during]}")
+        time.sleep(0.1)
 
 
 def test_sigint_during_a_fault_leaves_nothing(docker_engine: Any, tmp_path: Path) -> None:
@@ -58,8 +70,7 @@ def test_sigint_during_a_fault_leaves_nothing(docker_engine: Any, tmp_path: Path
         lines += _wait_for_line(process, r"inject pause\(n0\)", within=120)
         label = f"{CLUSTER_LABEL}={namespace}"
         client = docker_engine.client
-        during = client.containers.list(all=True, filters={"label": label})
-        assert any(c.status == "paused" for c in during), [c.name for c in during]
+        _wait_for_a_paused_container(client, label)
         assert client.volumes.list(filters={"label": label}), "no data tmpfs volume"
         process.send_signal(signal.SIGINT)
         output, _ = process.communicate(timeout=90)
