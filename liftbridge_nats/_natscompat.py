@@ -8,12 +8,13 @@ The fast path does exactly that, synchronously:
 
 * :class:`DirectWriter` appends ``PUB`` commands to the client's outgoing buffer
   (``_pending``, ``_pending_data_size``), as ``nc.publish`` does, and at the start of
-  the next turn of the loop hands the buffer to the TCP transport itself
-  (``_transport``, as the flusher does) when the socket keeps up; otherwise it wakes the
-  flusher through ``_flush_queue``, as ``nc.publish`` does. When the buffer is over the
-  client's pending limit it refuses the command and :meth:`DirectWriter.wait_writable`
-  waits until the flusher has written the buffer out: the same backpressure
-  ``nc.publish`` applies, without leaving the fast path. Once 256 KiB wait in the
+  the next turn of the loop (once writes carry several messages each: with the next
+  data from the server, 200 µs at most after the last write) hands the buffer to the
+  TCP transport itself (``_transport``, as the flusher does) when the socket keeps up;
+  otherwise it wakes the flusher through ``_flush_queue``, as ``nc.publish`` does.
+  When the buffer is over the client's pending limit it refuses the command and
+  :meth:`DirectWriter.wait_writable` waits until the flusher has written the buffer
+  out: the same backpressure ``nc.publish`` applies, without leaving the fast path. Once 256 KiB wait in the
   buffer (or half the pending limit) and the socket has kept up, the buffer goes to the
   transport at once, so that a caller publishing for long without yielding has the
   server at work meanwhile;
@@ -82,6 +83,10 @@ _DRAIN_POLL = 0.05
 # Once this many bytes (or half the client's pending limit) wait for the flusher, a
 # write hands them to the socket itself.
 _WRITE_THROUGH = 256 * 1024
+# A turn's commands wait for data from the server, this long after the last write at
+# most, once the writes carry several commands each (see DirectWriter._hold).
+_HOLD = 0.0002
+_HOLD_FROM = 4
 # The attribute of a nats-py client that holds the ack routing table (set by us).
 _TABLE_ATTR = "_liftbridge_nats_direct_acks"
 
@@ -158,21 +163,26 @@ class DirectWriter:
     command was not taken: the client is not connected (or draining), its flusher is
     not running, or the buffer is over its pending limit (then :attr:`congested` is
     True and :meth:`wait_writable` waits for the flusher). What a turn of the loop
-    wrote goes to the socket at the start of the next (:meth:`_hand_over`), and a write
-    that fills the buffer past 256 KiB (or half the pending limit) at once, unless the
-    socket is behind.
+    wrote goes to the socket at the start of the next (:meth:`_hand_over`), or, when
+    writes already carry several commands each, with the next data from the server,
+    within 200 µs of the last write (:meth:`_hold`); a write that fills the buffer past
+    256 KiB (or half the pending limit) goes at once, unless the socket is behind.
     """
 
     __slots__ = (
+        "_batch",
         "_connected",
         "_flushed",
         "_handing_over",
         "_heads",
+        "_held",
         "_loop",
         "_nc",
         "_timer",
         "_waiters",
         "_write_through_at",
+        "_written",
+        "_written_at",
         "congested",
         "sent",
     )
@@ -190,6 +200,11 @@ class DirectWriter:
         self._waiters: list[asyncio.Future[None]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._handing_over = False
+        # The last hand-over: when, how many commands, and the count sent until then.
+        self._written_at = 0.0
+        self._batch = 0
+        self._written = 0
+        self._held: asyncio.TimerHandle | None = None
         limit = nc._max_pending_size
         self._write_through_at = min(_WRITE_THROUGH, limit // 2) if limit > 0 else _WRITE_THROUGH
         self.congested = False
@@ -229,7 +244,8 @@ class DirectWriter:
                 self.congested = False
                 return False
             self._handing_over = True
-            self._loop.call_soon(self._hand_over)
+            if self._batch < _HOLD_FROM or not self._hold():
+                self._loop.call_soon(self._hand_over)
         nc._pending.extend(pieces)
         nc._pending_data_size = pending_size
         if pending_size >= self._write_through_at:
@@ -240,22 +256,57 @@ class DirectWriter:
         self.sent += 1
         return True
 
+    def _hold(self) -> bool:
+        """Keep this turn's commands until data from the server arrives, or until
+        ``_HOLD`` after the last write; False (nothing held) when that moment is past
+        or no reader of ours sees data arrive on this client.
+
+        Each write costs the NATS server a read and a forward to the subscriber, about
+        as much as the messages in it when they are few: at a steady rate of tens of
+        thousands of messages a second, in turns of the loop that each publish a few,
+        those reads and forwards load the machine the servers share. Once writes carry
+        several commands each (``_HOLD_FROM``: the rate is above the loop's turns), a
+        turn's commands wait for the next data from the server (acks come all the
+        time then), at most ``_HOLD`` after the last write. A slower publisher (a
+        message or two per write) never waits.
+        """
+        loop = self._loop
+        at = self._written_at + _HOLD
+        if loop.time() >= at:
+            return False
+        table = getattr(self._nc, _TABLE_ATTR, None)
+        if not isinstance(table, _RouteTable) or table.reader is None:
+            return False
+        table.held.append(self)
+        self._held = loop.call_at(at, self._hand_over)
+        return True
+
     def _hand_over(self) -> None:
         """Give what this turn of the loop added to the buffer to the socket.
 
-        Written here, as the flusher would, when the socket keeps up: the flusher's
-        wake-up (a future, its queue, a turn of its task and of ``drain()``) per turn
-        of the loop costs more than the write itself when a few messages go per turn
-        (a steady rate rather than bursts). When the socket is behind, or the client
-        is not connected, or its transport is not TCP, the flusher is woken instead:
-        it writes and waits for the socket to drain, and nats-py's pending limit paces
-        the callers, as with ``nc.publish``.
+        Called at the start of the next turn of the loop, or, for commands held (see
+        :meth:`_hold`), when data arrives or the hold ends. Written here, as the flusher
+        would, when the socket keeps up: the flusher's wake-up (a future, its queue, a
+        turn of its task and of ``drain()``) per turn of the loop costs more than the
+        write itself when a few messages go per turn (a steady rate rather than
+        bursts). When the socket is behind, or the client is not connected, or its
+        transport is not TCP, the flusher is woken instead: it writes and waits for
+        the socket to drain, and nats-py's pending limit paces the callers, as with
+        ``nc.publish``.
         """
+        if not self._handing_over:
+            return  # handed over already (held, then the data or the timer came second)
         self._handing_over = False
+        if self._held is not None:
+            self._held.cancel()
+            self._held = None
         nc = self._nc
         if not nc._pending_data_size:
             return  # the flusher (or a write-through) took it already
         if nc._status == self._connected and self._write_through(nc):
+            self._written_at = self._loop.time()
+            self._batch = self.sent - self._written
+            self._written = self.sent
             return
         queue = nc._flush_queue
         if queue is not None and not queue._queue:  # asyncio.Queue.empty(), without the call
@@ -341,10 +392,12 @@ class DirectWriter:
 class _RouteTable:
     """The dispatcher installed on one client, and the handlers it serves."""
 
-    __slots__ = ("handlers", "original", "parser", "reader", "shadowed")
+    __slots__ = ("handlers", "held", "original", "parser", "reader", "shadowed")
 
     def __init__(self, original: ProcessMsg, shadowed: ProcessMsg | None) -> None:
         self.original = original
+        # Writers holding a turn's commands until data arrives (see DirectWriter._hold).
+        self.held: list[DirectWriter] = []
         # An instance attribute that was there before us (to put back), if any.
         self.shadowed = shadowed
         self.handlers: dict[int, Handler] = {}
@@ -404,6 +457,11 @@ def _make_reader(nc: Any, table: _RouteTable, ps: Any) -> Callable[[bytes], Awai
 
     async def parse(data: bytes = b"") -> None:
         nonlocal capped
+        if table.held:
+            # Data from the server: what writers held goes out now (DirectWriter._hold).
+            held, table.held = table.held, []
+            for writer in held:
+                writer._hand_over()
         transport = getattr(nc, "_transport", None)
         if transport is not capped:  # a new connection (nats-py makes one per server)
             capped = transport

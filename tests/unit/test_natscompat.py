@@ -542,3 +542,103 @@ async def test_a_control_line_longer_than_nats_py_allows_is_left_to_its_parser()
     events, left = await feed(True)
     assert (events, left) == await feed(False)
     assert events == [("ack", b"ok")] and left.startswith(b"X" * 5000)
+
+
+class _Duplex(_Reading):
+    """A client that writes (the writer's side of nats-py) and reads (its parser)."""
+
+    CONNECTED = 1
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._status = self.CONNECTED
+        self._pending: list[bytes] = []
+        self._pending_data_size = 0
+        self._max_pending_size = 1 << 20
+        self._flush_queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.stats.update(out_msgs=0, out_bytes=0)
+        self._flusher_task = loop.create_future()
+        self._transport = self.socket = _Transport()
+
+
+async def _turn_of(writer: DirectWriter, *payloads: bytes) -> None:
+    """One turn of the loop that publishes ``payloads``."""
+    for payload in payloads:
+        assert writer.write("s", b"", payload)
+    await asyncio.sleep(0)
+
+
+async def test_at_a_high_rate_a_turns_messages_wait_for_data_from_the_server() -> None:
+    """Once writes carry four messages or more, the next turn's wait until the server
+    sends something (or the hold ends); a turn after a write of fewer goes at once."""
+    loop = asyncio.get_running_loop()
+    nc = _Duplex(loop)
+    acks: list[bytes] = []
+    route = DirectAcks(nc)
+    assert route.attach(_Sub(_ACK_SID), acks.append) and reads_frames(nc)
+    writer = DirectWriter(nc, loop)
+    written = nc.socket.written
+    await _turn_of(writer, b"a", b"b", b"c")
+    await _turn_of(writer, b"d")  # after a write of three: not held
+    await _turn_of(writer, b"e", b"f", b"g", b"h")
+    assert written == [
+        b"PUB s 1\r\na\r\nPUB s 1\r\nb\r\nPUB s 1\r\nc\r\n",
+        b"PUB s 1\r\nd\r\n",
+        b"PUB s 1\r\ne\r\nPUB s 1\r\nf\r\nPUB s 1\r\ng\r\nPUB s 1\r\nh\r\n",
+    ]
+    await _turn_of(writer, b"i")  # after a write of four: held
+    await _turn_of(writer, b"j")
+    assert len(written) == 3
+    await nc._ps.parse(b"MSG _INBOX.a.ack 7 2\r\nok\r\n")
+    assert written[3:] == [b"PUB s 1\r\ni\r\nPUB s 1\r\nj\r\n"] and acks == [b"ok"]
+    await _turn_of(writer, b"k")  # after a write of two: at once
+    assert written[4:] == [b"PUB s 1\r\nk\r\n"]
+    assert nc._pending == [] and nc._flush_queue.qsize() == 0
+    route.detach()
+
+
+async def test_held_messages_go_when_the_hold_ends_without_data() -> None:
+    loop = asyncio.get_running_loop()
+    nc = _Duplex(loop)
+    route = DirectAcks(nc)
+    assert route.attach(_Sub(_ACK_SID), lambda data: None)
+    writer = DirectWriter(nc, loop)
+    written = nc.socket.written
+    await _turn_of(writer, b"a", b"b", b"c", b"d")
+    await _turn_of(writer, b"e")
+    assert len(written) == 1
+    await asyncio.sleep(0.05)  # the hold (200 µs, rounded up by the selector) ended
+    assert written[1:] == [b"PUB s 1\r\ne\r\n"]
+    # Data arriving afterwards finds nothing held: nothing is written twice.
+    await nc._ps.parse(b"PING\r\n")
+    await asyncio.sleep(0)
+    assert len(written) == 2 and nc.events == [("ping",)]
+    # Long after the last write, a turn goes at once whatever the last write carried.
+    await _turn_of(writer, b"f", b"g", b"h", b"i")
+    await asyncio.sleep(0.01)
+    await _turn_of(writer, b"j")
+    assert written[3:] == [b"PUB s 1\r\nj\r\n"]
+    route.detach()
+
+
+class _OtherParser(Parser):
+    # Not the parse the reader was written for (another signature).
+    async def parse(self, data: bytes = b"", more: bool = False) -> None:
+        await super().parse(data)
+
+
+@pytest.mark.parametrize("route", ["none", "dispatcher alone"])
+async def test_nothing_is_held_where_no_reader_of_ours_sees_data_arrive(route: str) -> None:
+    """Without our reader on the client (no ack route, or a parser we do not know) the
+    writer cannot tell when data arrives: it writes each turn at once."""
+    loop = asyncio.get_running_loop()
+    nc = _Duplex(loop)
+    acks = DirectAcks(nc)
+    if route != "none":
+        nc._ps = _OtherParser(nc)
+        assert acks.attach(_Sub(_ACK_SID), lambda data: None) and not reads_frames(nc)
+    writer = DirectWriter(nc, loop)
+    await _turn_of(writer, b"a", b"b", b"c", b"d")
+    await _turn_of(writer, b"e")
+    assert nc.socket.written[1:] == [b"PUB s 1\r\ne\r\n"]
+    acks.detach()
