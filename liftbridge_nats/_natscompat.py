@@ -9,7 +9,7 @@ The fast path does exactly that, synchronously:
 * :class:`DirectWriter` appends ``PUB`` commands to the client's outgoing buffer
   (``_pending``, ``_pending_data_size``), as ``nc.publish`` does, and at the start of
   the next turn of the loop (once writes carry several messages each: with the next
-  data from the server, 200 µs at most after the last write) hands the buffer to the
+  data from the server, or 200 µs after the last write) hands the buffer to the
   TCP transport itself (``_transport``, as the flusher does) when the socket keeps up;
   otherwise it wakes the flusher through ``_flush_queue``, as ``nc.publish`` does.
   When the buffer is over the client's pending limit it refuses the command and
@@ -164,8 +164,8 @@ class DirectWriter:
     not running, or the buffer is over its pending limit (then :attr:`congested` is
     True and :meth:`wait_writable` waits for the flusher). What a turn of the loop
     wrote goes to the socket at the start of the next (:meth:`_hand_over`), or, when
-    writes already carry several commands each, with the next data from the server,
-    within 200 µs of the last write (:meth:`_hold`); a write that fills the buffer past
+    writes already carry several commands each, with the next data from the server or
+    200 µs after the last write (:meth:`_hold`); a write that fills the buffer past
     256 KiB (or half the pending limit) goes at once, unless the socket is behind.
     """
 
@@ -267,8 +267,10 @@ class DirectWriter:
         those reads and forwards load the machine the servers share. Once writes carry
         several commands each (``_HOLD_FROM``: the rate is above the loop's turns), a
         turn's commands wait for the next data from the server (acks come all the
-        time then), at most ``_HOLD`` after the last write. A slower publisher (a
-        message or two per write) never waits.
+        time then), or until ``_HOLD`` after the last write. asyncio's selector counts
+        its timeouts in whole milliseconds: when nothing arrives, the loop wakes for
+        the hold's end within a millisecond, not at once. A slower publisher (a message
+        or two per write) never waits.
         """
         loop = self._loop
         at = self._written_at + _HOLD
