@@ -14,10 +14,10 @@ The fast path does exactly that, synchronously:
   otherwise it wakes the flusher through ``_flush_queue``, as ``nc.publish`` does.
   When the buffer is over the client's pending limit it refuses the command and
   :meth:`DirectWriter.wait_writable` waits until the flusher has written the buffer
-  out: the same backpressure ``nc.publish`` applies, without leaving the fast path. Once 256 KiB wait in the
-  buffer (or half the pending limit) and the socket has kept up, the buffer goes to the
-  transport at once, so that a caller publishing for long without yielding has the
-  server at work meanwhile;
+  out: the same backpressure ``nc.publish`` applies, without leaving the fast path.
+  Once 256 KiB wait in the buffer (or half the pending limit) and the socket has kept
+  up, the buffer goes to the transport at once, so that a caller publishing for long
+  without yielding has the server at work meanwhile;
 * :class:`DirectAcks` puts one dispatcher in place of the client's ``_process_msg``
   (an attribute of that client object only; the class is untouched): a plain message
   for a registered subscription goes to its handler at once, everything else
@@ -83,10 +83,10 @@ _DRAIN_POLL = 0.05
 # Once this many bytes (or half the client's pending limit) wait for the flusher, a
 # write hands them to the socket itself.
 _WRITE_THROUGH = 256 * 1024
-# A turn's commands wait for data from the server, this long after the last write at
-# most, once the writes carry several commands each (see DirectWriter._hold).
-_HOLD = 0.0002
+# Once the writes carry this many commands each, a turn's commands wait for data from
+# the server, or until this long after the last write (see DirectWriter._hold).
 _HOLD_FROM = 4
+_HOLD = 0.0002
 # The attribute of a nats-py client that holds the ack routing table (set by us).
 _TABLE_ATTR = "_liftbridge_nats_direct_acks"
 
