@@ -17,6 +17,7 @@ from nats.protocol.command import pub_cmd
 from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
 from nats.protocol.parser import AWAITING_MSG_PAYLOAD as _AWAITING_MSG_PAYLOAD
 
+from liftbridge_nats import _natscompat
 from liftbridge_nats._natscompat import DirectAcks, DirectWriter, is_installed, probe, reads_frames
 from liftbridge_nats._recvsize import READ_SIZE
 
@@ -568,9 +569,13 @@ async def _turn_of(writer: DirectWriter, *payloads: bytes) -> None:
     await asyncio.sleep(0)
 
 
-async def test_at_a_high_rate_a_turns_messages_wait_for_data_from_the_server() -> None:
+async def test_at_a_high_rate_a_turns_messages_wait_for_data_from_the_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Once writes carry four messages or more, the next turn's wait until the server
     sends something (or the hold ends); a turn after a write of fewer goes at once."""
+    # A hold no pause of a busy test machine outlasts: only data ends it here.
+    monkeypatch.setattr(_natscompat, "_HOLD", 60.0)
     loop = asyncio.get_running_loop()
     nc = _Duplex(loop)
     acks: list[bytes] = []
@@ -597,7 +602,10 @@ async def test_at_a_high_rate_a_turns_messages_wait_for_data_from_the_server() -
     route.detach()
 
 
-async def test_held_messages_go_when_the_hold_ends_without_data() -> None:
+async def test_held_messages_go_when_the_hold_ends_without_data(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_natscompat, "_HOLD", 0.05)
     loop = asyncio.get_running_loop()
     nc = _Duplex(loop)
     route = DirectAcks(nc)
@@ -607,7 +615,7 @@ async def test_held_messages_go_when_the_hold_ends_without_data() -> None:
     await _turn_of(writer, b"a", b"b", b"c", b"d")
     await _turn_of(writer, b"e")
     assert len(written) == 1
-    await asyncio.sleep(0.05)  # the hold (200 µs, rounded up by the selector) ended
+    await asyncio.sleep(0.5)  # the hold ended
     assert written[1:] == [b"PUB s 1\r\ne\r\n"]
     # Data arriving afterwards finds nothing held: nothing is written twice.
     await nc._ps.parse(b"PING\r\n")
@@ -615,7 +623,7 @@ async def test_held_messages_go_when_the_hold_ends_without_data() -> None:
     assert len(written) == 2 and nc.events == [("ping",)]
     # Long after the last write, a turn goes at once whatever the last write carried.
     await _turn_of(writer, b"f", b"g", b"h", b"i")
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)
     await _turn_of(writer, b"j")
     assert written[3:] == [b"PUB s 1\r\nj\r\n"]
     route.detach()
@@ -628,9 +636,12 @@ class _OtherParser(Parser):
 
 
 @pytest.mark.parametrize("route", ["none", "dispatcher alone"])
-async def test_nothing_is_held_where_no_reader_of_ours_sees_data_arrive(route: str) -> None:
+async def test_nothing_is_held_where_no_reader_of_ours_sees_data_arrive(
+    route: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Without our reader on the client (no ack route, or a parser we do not know) the
     writer cannot tell when data arrives: it writes each turn at once."""
+    monkeypatch.setattr(_natscompat, "_HOLD", 60.0)
     loop = asyncio.get_running_loop()
     nc = _Duplex(loop)
     acks = DirectAcks(nc)
