@@ -492,13 +492,15 @@ async def test_a_large_payload_waits_in_the_parser_not_in_the_reader() -> None:
     route.detach()
 
 
-async def test_a_parser_it_does_not_know_keeps_its_parse_and_gets_the_dispatcher() -> None:
-    class OtherParser(Parser):
-        async def parse(self, data: bytes = b"", more: bool = False) -> None:
-            await super().parse(data)
+class _OtherParser(Parser):
+    # Not the parse the reader was written for (another signature).
+    async def parse(self, data: bytes = b"", more: bool = False) -> None:
+        await super().parse(data)
 
+
+async def test_a_parser_it_does_not_know_keeps_its_parse_and_gets_the_dispatcher() -> None:
     nc = _Reading()
-    nc._ps = OtherParser(nc)
+    nc._ps = _OtherParser(nc)
     got: list[bytes] = []
     route = DirectAcks(nc)
     assert route.attach(_Sub(_ACK_SID), got.append)
@@ -627,12 +629,6 @@ async def test_held_messages_go_when_the_hold_ends_without_data(
     await _turn_of(writer, b"j")
     assert written[3:] == [b"PUB s 1\r\nj\r\n"]
     route.detach()
-
-
-class _OtherParser(Parser):
-    # Not the parse the reader was written for (another signature).
-    async def parse(self, data: bytes = b"", more: bool = False) -> None:
-        await super().parse(data)
 
 
 @pytest.mark.parametrize("route", ["none", "dispatcher alone"])
