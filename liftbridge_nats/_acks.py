@@ -49,6 +49,7 @@ from .envelope import MsgType, decode, header
 from .wire import ack_view
 
 __all__ = [
+    "CALLER_ID_MARK",
     "AckStats",
     "InflightAckListener",
     "ack_error_exception",
@@ -121,6 +122,9 @@ def no_responders_exception(subject: str, correlation_id: str) -> NoRespondersEr
 
 
 _NO_RESPONDERS = "503"
+# Starts the last token of the reply subject of a message whose correlation id the
+# caller chose; the publisher's own ids put only their counter there (digits).
+CALLER_ID_MARK = "_"
 
 
 def ack_payload(data: bytes) -> bytes | None:
@@ -164,11 +168,14 @@ class InflightAckListener:
     Use as ``async with InflightAckListener(transport, ledger) as listener`` (the
     :class:`Publisher` does this for you); ``transport`` is a
     :class:`~liftbridge_nats._transport.PublishTransport` or a connected nats-py client.
-    :attr:`inbox` is the ack inbox to put in published messages and
-    :attr:`reply_prefix` + a correlation id the NATS reply subject that makes NATS
-    report a message nobody received. ``on_no_responders(future)`` receives such a
-    message's future (already out of the ledger, not done); without it the future fails
-    with :class:`NoRespondersError`.
+    :attr:`inbox` is the ack inbox to put in published messages, and a message's NATS
+    reply subject, which makes NATS report a message nobody received, is
+    :attr:`reply_prefix` + the counter of its correlation id when the id is
+    ``cid_prefix`` + that counter (the publisher's own ids), or :attr:`reply_prefix` +
+    :data:`CALLER_ID_MARK` + the id (a caller's). Liftbridge stores the reply subject
+    with the message, so it repeats no more of the id than it must.
+    ``on_no_responders(future)`` receives such a message's future (already out of the
+    ledger, not done); without it the future fails with :class:`NoRespondersError`.
 
     On the fast path acks go from nats-py's parser straight to :meth:`handle`, without
     the subscription's message objects, queue and task (:attr:`direct`); status
@@ -181,6 +188,7 @@ class InflightAckListener:
         ledger: InflightLedger,
         *,
         inbox_prefix: str | None = None,
+        cid_prefix: str = "",
         on_no_responders: Callable[[AckFuture], None] | None = None,
     ) -> None:
         if not isinstance(transport, PublishTransport):
@@ -190,6 +198,7 @@ class InflightAckListener:
         self._prefix: str = inbox_prefix or transport.new_inbox()
         self._reply_prefix = self._prefix + "."
         self._inbox = self._reply_prefix + "ack"
+        self._cid_prefix = cid_prefix
         self._on_no_responders = on_no_responders or _fail_no_responders
         self._sub: InboxSubscription | None = None
         self._matched = 0
@@ -257,7 +266,11 @@ class InflightAckListener:
             self._foreign += 1
             self._dropped()
             return
-        future = self._ledger.settle(subject[len(self._reply_prefix) :])
+        token = subject[len(self._reply_prefix) :]
+        if token.startswith(CALLER_ID_MARK):
+            future = self._ledger.settle(token[len(CALLER_ID_MARK) :])
+        else:
+            future = self._ledger.settle(self._cid_prefix + token)
         if future is None:
             self._unmatched += 1
             return

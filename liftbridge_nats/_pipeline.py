@@ -36,13 +36,13 @@ import asyncio
 import contextlib
 import functools
 import itertools
-import os
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping, Sized
 from typing import TYPE_CHECKING, Any, Final
 
-from ._acks import InflightAckListener
+from ._acks import CALLER_ID_MARK, InflightAckListener
 from ._checks import (
     check_correlation_id,
     check_headers,
@@ -110,6 +110,8 @@ _NEVER = float("inf")
 # a cancellation there sends nothing) keeps the pipeline flowing. 256 is a tuning
 # constant: `make bench` measures publish_async with it (bench/RESULTS.md).
 _YIELD_MASK = 255
+
+_CALLER_ID_MARK = CALLER_ID_MARK.encode()
 
 
 # One publish call's arguments, the one record that travels through the pipeline (built
@@ -267,8 +269,10 @@ class Pipeline:
         self.time: Callable[[], float] = _not_started
         self._reply_prefix = b""
         self._max_payload = 0
-        # Correlation ids: a random prefix per publisher and a counter.
-        self._cid_prefix = os.urandom(6).hex() + "-"
+        # Correlation ids: a random prefix per publisher (48 bits) and a counter. Short:
+        # Liftbridge stores each message's id with it; the reply subject (see
+        # InflightAckListener) carries only the counter.
+        self._cid_prefix = secrets.token_urlsafe(6) + "-"
         self._cid_counter = itertools.count(1)
         self._valid_subjects: set[str] = set()
         # Messages waiting for NATS (the sender's own deque, set by start()).
@@ -307,7 +311,9 @@ class Pipeline:
             retry=self.retry,
             nobody_listened=nobody_listened,
         )
-        listener = InflightAckListener(transport, ledger, on_no_responders=sender.on_no_responders)
+        listener = InflightAckListener(
+            transport, ledger, cid_prefix=self._cid_prefix, on_no_responders=sender.on_no_responders
+        )
         try:
             await listener.start()
         except BaseException:
@@ -646,7 +652,8 @@ class Pipeline:
                     return self._prepare_checked(args, make, final)
                 if fields is None:
                     fields = self._remember_headers(items, headers)
-        cid = f"{self._cid_prefix}{next(self._cid_counter)}"
+        count = str(next(self._cid_counter))
+        cid = self._cid_prefix + count
         cid_bytes = cid.encode()
         if fields is None:
             data = self._encode_plain(value, cid_bytes, ack_policy)
@@ -654,7 +661,7 @@ class Pipeline:
             data = self._encode_keyed(value, cid_bytes, key, fields, ack_policy)
         if len(data) > self._max_payload:
             raise too_large_error(subject, cid, len(data), self._max_payload)
-        reply = self._reply_prefix + cid_bytes if self._reply_prefix else b""
+        reply = self._reply_prefix + count.encode() if self._reply_prefix else b""
         now = self.time()
         if final is None:
             deadline = now + self.ack_timeout
@@ -716,8 +723,9 @@ class Pipeline:
         ):
             value = check_message(value, key, headers, ack_policy, offset, timeout)
         if correlation_id is None:
-            cid = self.new_correlation_id()
-            reply = self._reply_prefix + cid.encode() if self._reply_prefix else b""
+            count = str(next(self._cid_counter))
+            cid = self._cid_prefix + count
+            reply = self._reply_prefix + count.encode() if self._reply_prefix else b""
         else:
             cid = check_correlation_id(correlation_id)
             if cid in self.ledger:
@@ -726,7 +734,7 @@ class Pipeline:
                 )
             # A caller's id that is no subject token cannot end a reply subject.
             reply = (
-                self._reply_prefix + cid.encode()
+                self._reply_prefix + _CALLER_ID_MARK + cid.encode()
                 if self._reply_prefix and is_subject_token(cid)
                 else b""
             )

@@ -16,6 +16,7 @@ import abc
 import asyncio
 import contextlib
 import os
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,8 @@ OnData = Callable[[bytes], None]
 OnStatus = Callable[[str, str], None]
 
 _STATUS = "Status"
+# The random part of an inbox of ours: 64 bits, 11 characters (a NUID has 22).
+_INBOX_TOKEN_BYTES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +254,13 @@ class NatsTransport(PublishTransport):
         return self._writer is not None and self._writer.congested
 
     def new_inbox(self) -> str:
-        return str(self._nc.new_inbox())
+        # nats-py's inbox is the connection's inbox prefix and a 22-character NUID.
+        # Liftbridge stores every message's ack inbox and reply subject, which begin
+        # with this inbox, replicates them and sends them to every reader: keep the
+        # connection's prefix (permissions may name it) and a shorter random token.
+        inbox = str(self._nc.new_inbox())
+        head, dot, _ = inbox.rpartition(".")
+        return f"{head}.{secrets.token_urlsafe(_INBOX_TOKEN_BYTES)}" if dot else inbox
 
     def _probe(self) -> FastPath:
         found = _natscompat.probe(self._nc)

@@ -192,6 +192,39 @@ async def test_subject_without_stream(nats_client: Any, unique_name: Any) -> Non
         assert pub.stats.timed_out == 1 and pub.pending == 0
 
 
+async def test_inbox_keeps_the_connections_prefix_and_stored_ids_stay_short(
+    liftbridge_cluster: Any, unique_name: Any
+) -> None:
+    # Liftbridge stores each message's ack inbox, reply subject and correlation id with
+    # it: they keep the connection's inbox prefix (NATS permissions may name it) with a
+    # short random token, and no-responders still reaches the publisher through them.
+    import nats
+
+    name = unique_name("inbox")
+    nc = await nats.connect(liftbridge_cluster.nats_url, inbox_prefix="app.inbox")
+    try:
+        async with Client(liftbridge_cluster.brokers) as client:
+            await client.create_stream(name, name)
+            async with Publisher(nc) as first, Publisher(nc) as second:
+                acks = [await pub.publish(name, b"x") for pub in (first, second)]
+                with pytest.raises(NoRespondersError):
+                    await first.publish(unique_name("nostream"), b"x", timeout=10)
+            stored = await read_all(client, name)
+    finally:
+        await nc.close()
+    inboxes = set()
+    for ack, message in zip(acks, stored, strict=True):
+        assert ack is not None
+        inboxes.add(ack.ack_inbox)
+        prefix, token, suffix = ack.ack_inbox.rsplit(".", 2)
+        assert (prefix, len(token), suffix) == ("app.inbox", 11, "ack")
+        # The id: a random part of 8 characters, a dash and the counter; the reply
+        # subject: the inbox and the counter.
+        assert ack.correlation_id[8:] == "-1"
+        assert message.reply_subject == f"app.inbox.{token}.1"
+    assert len(inboxes) == 2  # one of its own for each publisher
+
+
 async def test_too_large_for_nats_is_refused_before_sending(
     nats_client: Any, unique_name: Any
 ) -> None:

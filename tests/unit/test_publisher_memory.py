@@ -239,6 +239,30 @@ async def test_no_responders_fails_at_once_or_is_sent_again_with_retry() -> None
     assert pub.stats.no_responders == 1 and pub.stats.resent == 1
 
 
+async def test_no_responders_reaches_the_message_its_reply_subject_names() -> None:
+    # The reply subject carries the counter of the publisher's own id, or a mark and the
+    # caller's id: a caller's id that looks like a counter stays apart from the
+    # publisher's own message with that counter.
+    transport = MemoryTransport(responder=lambda t, sent: None)
+    async with Publisher(transport, ack_timeout=5) as pub:
+        own = await pub.publish_async("s", b"own")
+        caller = await pub.publish_async("s", b"caller", correlation_id="1")
+        await asyncio.sleep(0)  # the stand-in's flush
+        sent_own, sent_caller = transport.delivered
+        own_cid = sent_own.published.correlation_id
+        assert own_cid.endswith("-1") and sent_own.reply.endswith(".1")
+        assert sent_caller.reply == sent_own.reply[: -len("1")] + "_1"
+        transport.no_responders(sent_caller)
+        with pytest.raises(NoRespondersError) as caller_err:
+            await caller
+        assert caller_err.value.correlation_id == "1" and not own.done()
+        transport.no_responders(sent_own)
+        with pytest.raises(NoRespondersError) as own_err:
+            await own
+        assert own_err.value.correlation_id == own_cid
+        assert pub.stats.no_responders == 2 and pub.stats.acks_unmatched == 0
+
+
 async def test_an_ack_error_becomes_its_typed_exception_and_none_needs_no_ack() -> None:
     transport = MemoryTransport()
     transport.responder = lambda t, sent: t.ack(sent, error=AckError.INCORRECT_OFFSET)
