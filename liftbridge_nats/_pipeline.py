@@ -602,6 +602,18 @@ class Pipeline:
         """A correlation id of this publisher's own."""
         return self._cid_prefix + str(next(self._cid_counter))
 
+    def _reply_subject(self, cid: str) -> bytes:
+        """The NATS reply subject of a message the checked way (see
+        :class:`InflightAckListener`): the counter of an id of ours (made here, or
+        before the send by :meth:`new_correlation_id`, as ``publish_to_stream`` does),
+        else the mark and the caller's id; none for an id that is no subject token."""
+        count = cid[len(self._cid_prefix) :]
+        if cid.startswith(self._cid_prefix) and count.isascii() and count.isdigit():
+            return self._reply_prefix + count.encode()
+        if is_subject_token(cid):
+            return self._reply_prefix + _CALLER_ID_MARK + cid.encode()
+        return b""
+
     # ------------------------------------------------------------------ preparation
 
     def prepare(
@@ -723,21 +735,14 @@ class Pipeline:
         ):
             value = check_message(value, key, headers, ack_policy, offset, timeout)
         if correlation_id is None:
-            count = str(next(self._cid_counter))
-            cid = self._cid_prefix + count
-            reply = self._reply_prefix + count.encode() if self._reply_prefix else b""
+            cid = self.new_correlation_id()
         else:
             cid = check_correlation_id(correlation_id)
             if cid in self.ledger:
                 raise InvalidArgumentError(
                     f"correlation id {cid!r} is already in flight; ids must be unique"
                 )
-            # A caller's id that is no subject token cannot end a reply subject.
-            reply = (
-                self._reply_prefix + _CALLER_ID_MARK + cid.encode()
-                if self._reply_prefix and is_subject_token(cid)
-                else b""
-            )
+        reply = self._reply_subject(cid) if self._reply_prefix else b""
         span: Span | None = None
         if self.trace is not None and not traced:
             span, headers = self.trace.start(subject, cid, headers)

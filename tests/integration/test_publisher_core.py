@@ -205,15 +205,19 @@ async def test_inbox_keeps_the_connections_prefix_and_stored_ids_stay_short(
     try:
         async with Client(liftbridge_cluster.brokers) as client:
             await client.create_stream(name, name)
-            async with Publisher(nc) as first, Publisher(nc) as second:
+            async with Publisher(nc, client=client) as first, Publisher(nc) as second:
                 acks = [await pub.publish(name, b"x") for pub in (first, second)]
+                by_stream = await first.publish_to_stream(name, b"y")
                 with pytest.raises(NoRespondersError):
                     await first.publish(unique_name("nostream"), b"x", timeout=10)
             stored = await read_all(client, name)
     finally:
         await nc.close()
+    # publish_to_stream makes its id before it sends: its reply subject is as short.
+    assert by_stream is not None and by_stream.correlation_id[8:] == "-2"
+    assert stored[2].reply_subject == by_stream.ack_inbox.removesuffix(".ack") + ".2"
     inboxes = set()
-    for ack, message in zip(acks, stored, strict=True):
+    for ack, message in zip(acks, stored[:2], strict=True):
         assert ack is not None
         inboxes.add(ack.ack_inbox)
         prefix, token, suffix = ack.ack_inbox.rsplit(".", 2)
