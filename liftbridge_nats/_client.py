@@ -35,6 +35,7 @@ from ._consumer import Consumer, ConsumerRebalanceListener
 from ._errors import InvalidArgumentError, LiftbridgeError, NoSuchStreamError
 from ._grpc import TLSConfig, parse_brokers
 from ._grpc_publish import AsyncPublisher, publish_error
+from ._ids import CorrelationIds
 from ._log import get_logger
 from ._messages import Ack, AckPolicy, K, StartPosition, StopPosition, V
 from ._metadata import Metadata, PartitionInfo, StreamInfo, partition_from_proto
@@ -126,6 +127,8 @@ class Client:
         )
         self._resubscribe_wait = resubscribe_wait
         self._async_publisher: AsyncPublisher | None = None
+        # Correlation ids of the messages published without one (see CorrelationIds).
+        self._ids = CorrelationIds()
         self._consumers: weakref.WeakSet[Consumer[Any, Any]] = weakref.WeakSet()
         # The Publisher's stream routes, reading this client's metadata cache.
         self._routes = StreamRoutes(self, remember=False)
@@ -586,7 +589,7 @@ class Client:
         optimistic concurrency. For throughput use the NATS-native
         :class:`~liftbridge_nats.Publisher`, whose ``publish`` takes the same arguments.
         """
-        fields = message_fields(value, key, headers, ack_policy, correlation_id)
+        fields = message_fields(value, key, headers, ack_policy, correlation_id, self._ids.new)
         req = api_pb2.PublishToSubjectRequest(subject=check_stream_subject(subject), **fields)
 
         async def call(stub: Stub, left: float) -> Ack | None:
@@ -626,7 +629,15 @@ class Client:
         """
         partition = await self._partition_for(stream, key, value, partition, partitioner)
         req = publish_request(
-            stream, value, key, partition, headers, ack_policy, correlation_id, expected_offset
+            stream,
+            value,
+            key,
+            partition,
+            headers,
+            ack_policy,
+            correlation_id,
+            expected_offset,
+            self._ids.new,
         )
 
         async def call(stub: Stub, left: float) -> Ack | None:
@@ -671,7 +682,15 @@ class Client:
             check_seconds(timeout, "timeout")
         partition = await self._partition_for(stream, key, value, partition, partitioner)
         req = publish_request(
-            stream, value, key, partition, headers, ack_policy, correlation_id, expected_offset
+            stream,
+            value,
+            key,
+            partition,
+            headers,
+            ack_policy,
+            correlation_id,
+            expected_offset,
+            self._ids.new,
         )
         if self._async_publisher is None:
             self._async_publisher = AsyncPublisher(self._router)

@@ -35,8 +35,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import itertools
-import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping, Sized
@@ -57,6 +55,7 @@ from ._errors import (
     PublishError,
     UnsentTimeoutError,
 )
+from ._ids import CorrelationIds
 from ._inflight import (
     ATTEMPT,
     CID,
@@ -269,11 +268,11 @@ class Pipeline:
         self.time: Callable[[], float] = _not_started
         self._reply_prefix = b""
         self._max_payload = 0
-        # Correlation ids: a random prefix per publisher (48 bits) and a counter. Short:
-        # Liftbridge stores each message's id with it; the reply subject (see
-        # InflightAckListener) carries only the counter.
-        self._cid_prefix = secrets.token_urlsafe(6) + "-"
-        self._cid_counter = itertools.count(1)
+        # The publisher's own correlation ids (see CorrelationIds), made inline on the
+        # fast path; the reply subject (see InflightAckListener) carries only the counter.
+        ids = CorrelationIds()
+        self._cid_prefix = ids.prefix
+        self._cid_counter = ids.counter
         self._valid_subjects: set[str] = set()
         # Messages waiting for NATS (the sender's own deque, set by start()).
         self._outbox: deque[Outgoing] = deque()

@@ -7,8 +7,7 @@ as a server answer; this module only converts checked values to the proto's type
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._checks import (
@@ -74,16 +73,17 @@ def message_fields(
     headers: Mapping[str, bytes] | None,
     ack_policy: object,
     correlation_id: str | None,
+    new_id: Callable[[], str],
 ) -> dict[str, Any]:
     """The fields every gRPC publish request shares, checked by the Publisher's rules
-    (a missing correlation id is made up)."""
+    (a missing correlation id is made up by ``new_id``)."""
     data = check_value(value)
     checked_key = check_key(key)
     return {
         "key": bytes(checked_key or b""),
         "value": data,
         "headers": {} if headers is None else dict(check_headers(headers)),
-        "correlationId": uuid.uuid4().hex
+        "correlationId": new_id()
         if correlation_id is None
         else check_correlation_id(correlation_id),
         "ackPolicy": int(check_ack_policy(ack_policy)),
@@ -99,9 +99,10 @@ def publish_request(
     ack_policy: object,
     correlation_id: str | None,
     expected_offset: int | None,
+    new_id: Callable[[], str],
 ) -> api_pb2.PublishRequest:
     """A checked PublishRequest; ``expected_offset`` None sends -1 ("no check")."""
-    fields = message_fields(value, key, headers, ack_policy, correlation_id)
+    fields = message_fields(value, key, headers, ack_policy, correlation_id, new_id)
     offset = check_expected_offset(expected_offset)
     return api_pb2.PublishRequest(
         stream=check_name(stream, "stream name"),

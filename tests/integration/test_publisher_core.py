@@ -210,6 +210,12 @@ async def test_inbox_keeps_the_connections_prefix_and_stored_ids_stay_short(
                 by_stream = await first.publish_to_stream(name, b"y")
                 with pytest.raises(NoRespondersError):
                     await first.publish(unique_name("nostream"), b"x", timeout=10)
+            # The client's gRPC publishes make their ids the same way, one source each.
+            over_grpc = [
+                await client.publish_to_stream(name, b"g"),
+                await client.publish(name, b"h"),
+                await (await client.publish_to_stream_async(name, b"i")),
+            ]
             stored = await read_all(client, name)
     finally:
         await nc.close()
@@ -227,6 +233,9 @@ async def test_inbox_keeps_the_connections_prefix_and_stored_ids_stay_short(
         assert ack.correlation_id[8:] == "-1"
         assert message.reply_subject == f"app.inbox.{token}.1"
     assert len(inboxes) == 2  # one of its own for each publisher
+    grpc_ids = [ack.correlation_id for ack in over_grpc if ack is not None]
+    assert [cid[8:] for cid in grpc_ids] == ["-1", "-2", "-3"]
+    assert len({cid[:8] for cid in grpc_ids}) == 1
 
 
 async def test_too_large_for_nats_is_refused_before_sending(

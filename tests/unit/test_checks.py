@@ -18,6 +18,7 @@ from liftbridge_nats._checks import (
     check_subject,
     check_value,
 )
+from liftbridge_nats._ids import CorrelationIds
 from liftbridge_nats._requests import message_fields, publish_request
 
 # (argument, bad value) pairs; the other arguments of a message are valid.
@@ -65,7 +66,14 @@ def test_publisher_and_client_refuse_a_message_alike(argument: str, bad: Any) ->
     def grpc() -> None:
         offset = args["expected_offset"]
         fields = {k: v for k, v in args.items() if k != "expected_offset"}
-        publish_request("s", partition=0, correlation_id=cid, expected_offset=offset, **fields)
+        publish_request(
+            "s",
+            partition=0,
+            correlation_id=cid,
+            expected_offset=offset,
+            new_id=CorrelationIds().new,
+            **fields,
+        )
 
     publisher, client = _raised(nats), _raised(grpc)
     assert publisher == client
@@ -101,5 +109,9 @@ def test_wildcards_are_for_streams_only() -> None:
 def test_checks_return_what_they_checked() -> None:
     assert check_value(bytearray(b"v")) == b"v" and type(check_value(memoryview(b"v"))) is bytes
     assert check_duration(timedelta(seconds=1.5), "d") == 1500 and check_duration(None, "d") is None
-    fields = message_fields(bytearray(b"v"), bytearray(b"k"), {"h": b"1"}, AckPolicy.ALL, None)
-    assert fields["value"] == b"v" and fields["key"] == b"k" and fields["correlationId"]
+    ids = CorrelationIds()
+    fields = message_fields(
+        bytearray(b"v"), bytearray(b"k"), {"h": b"1"}, AckPolicy.ALL, None, ids.new
+    )
+    assert fields["value"] == b"v" and fields["key"] == b"k"
+    assert fields["correlationId"] == ids.prefix + "1"
