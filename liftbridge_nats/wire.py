@@ -108,6 +108,7 @@ class PublishEncoder:
         "_cid_lead",
         "_crc",
         "_inbox_field",
+        "_key_lead",
         "_plain_prefix",
         "_policy_fields",
         "_value_lead",
@@ -122,6 +123,7 @@ class PublishEncoder:
         # correlation id's length (fields in schema order: offset, value, ack inbox,
         # correlation id).
         self._value_lead = self._plain_prefix + _TAG_VALUE
+        self._key_lead = self._plain_prefix + _TAG_KEY
         self._cid_lead = self._inbox_field + _TAG_CORRELATION_ID
         # proto3 omits a field holding its default (LEADER = 0).
         self._policy_fields = {
@@ -169,10 +171,25 @@ class PublishEncoder:
             raise ValueError("encode_keyed takes a value and a correlation id, without CRC")
         size = len(value)
         cid_size = len(correlation_id)
+        if not key:
+            return _join(
+                (
+                    self._value_lead,
+                    _SMALL_VARINTS[size] if size < 128 else _length(size),
+                    value,
+                    header_fields,
+                    self._cid_lead,
+                    _SMALL_VARINTS[cid_size] if cid_size < 128 else _length(cid_size),
+                    correlation_id,
+                    self._policy_fields[ack_policy],
+                )
+            )
+        key_size = len(key)
         return _join(
             (
-                self._plain_prefix,
-                _TAG_KEY + _length(len(key)) + key if key else b"",
+                self._key_lead,
+                _SMALL_VARINTS[key_size] if key_size < 128 else _length(key_size),
+                key,
                 _TAG_VALUE,
                 _SMALL_VARINTS[size] if size < 128 else _length(size),
                 value,
@@ -232,8 +249,27 @@ def header_fields(headers: Mapping[str, bytes]) -> bytes:
     """The protobuf fields of a Message's headers map (names and values unchecked)."""
     out = b""
     for name, data in headers.items():
-        entry = _field(_TAG_HEADER_NAME, name.encode()) + _field(_TAG_HEADER_VALUE, data)
-        out += _field(_TAG_HEADER, entry)
+        encoded = name.encode()
+        n, d = len(encoded), len(data)
+        # A map entry is a message of two fields (name 1, value 2) behind its own tag
+        # and length. Below 128 bytes every length is one byte and the entry's length
+        # is known at once: one join per header, no intermediate pieces.
+        if n + d < 124:
+            out += _join(
+                (
+                    _TAG_HEADER,
+                    _SMALL_VARINTS[n + d + 4],
+                    _TAG_HEADER_NAME,
+                    _SMALL_VARINTS[n],
+                    encoded,
+                    _TAG_HEADER_VALUE,
+                    _SMALL_VARINTS[d],
+                    data,
+                )
+            )
+        else:
+            entry = _field(_TAG_HEADER_NAME, encoded) + _field(_TAG_HEADER_VALUE, data)
+            out += _field(_TAG_HEADER, entry)
     return out
 
 

@@ -180,7 +180,7 @@ def test_encode_plain_equals_encode(value: bytes, cid: bytes, policy: AckPolicy,
     assert encoder.encode_plain(value, cid, policy) == encoder.encode(value, cid, ack_policy=policy)
 
 
-@pytest.mark.parametrize("key", [None, b"k", b"key" * 50])
+@pytest.mark.parametrize("key", [None, b"", b"k", b"key" * 50])
 @pytest.mark.parametrize("headers", [None, {"h": b"v"}, {"a": b"", "long": b"x" * 300}])
 @pytest.mark.parametrize("value", [b"v", b"x" * 200])
 @pytest.mark.parametrize("policy", list(AckPolicy))
@@ -192,3 +192,14 @@ def test_the_keyed_path_encodes_what_encode_does(
     assert encoder.encode_keyed(value, b"c-7", key, fields, policy) == encoder.encode(
         value, b"c-7", key, headers, policy
     )
+
+
+@pytest.mark.parametrize("name", ["h", "n" * 60, "\u00e9" * 30, "x" * 123, "y" * 200])
+@pytest.mark.parametrize("size", [0, 1, 61, 62, 63, 64, 122, 123, 124, 200])
+def test_header_fields_are_protobufs_bytes_on_both_sides_of_one_byte_lengths(
+    name: str, size: int
+) -> None:
+    # A map entry's own length takes one byte below 128: header_fields computes it from
+    # the name's and value's sizes there, and encodes the entry first above that.
+    headers = {name: b"v" * size}
+    assert header_fields(headers) == api_pb2.Message(headers=headers).SerializeToString()
