@@ -883,6 +883,8 @@ def main(argv: list[str] | None = None) -> int:
     early.add_argument("--worker", action="store_true")
     early.add_argument("--summary")
     known = early.parse_known_args(argv)[0]
+    # The checkout's state before the old -o file goes: that is no change of the code.
+    commit = None if known.worker else _commit()
     if known.output and not known.worker and not known.summary:
         Path(known.output).unlink(missing_ok=True)
 
@@ -909,7 +911,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit", help=argparse.SUPPRESS)  # the manager's, for workers
     args = runner.parse_args(argv)
     if args.commit is None:
-        args.commit = _commit()
+        args.commit = commit or _commit()
     runner.metadata["commit"] = args.commit
 
     if args.summary:
