@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 from ._errors import ClientClosedError
 from ._h2 import UNAVAILABLE, H2Connection, H2ProtocolError, Status
 from ._log import RateLimitedLog, get_logger, redact
-from ._recvsize import cap_read_size
+from ._recvsize import cap_read_size, fit_read_size
 from ._stream_reader import (
     MAX_BYTES,
     MAX_MESSAGES,
@@ -107,6 +107,7 @@ class _Connection(asyncio.Protocol):
         self._ssl = ssl_context
         self._server_hostname = server_hostname
         self._transport: asyncio.Transport | None = None
+        self._fit_reads = False  # see fit_read_size
         self._pending: list[tuple[StreamReader, str, bytes]] = []
         self._connecting: asyncio.Task[None] | None = None
         self._broken = False
@@ -180,13 +181,15 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
-        cap_read_size(transport)
+        self._fit_reads = cap_read_size(transport)
         self._lost = asyncio.get_running_loop().create_future()
         self._pool.live.add(self)
         self.h2.initiate()
         self.flush()
 
     def data_received(self, data: bytes) -> None:
+        if self._fit_reads:
+            fit_read_size(self._transport, len(data))
         try:
             self.h2.receive(data)
         except H2ProtocolError as exc:
