@@ -12,6 +12,7 @@ is the fast path.
 from __future__ import annotations
 
 import contextlib
+import functools
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -129,6 +130,7 @@ class Client:
         self._async_publisher: AsyncPublisher | None = None
         # Correlation ids of the messages published without one (see CorrelationIds).
         self._ids = CorrelationIds()
+        self._publish_request = functools.partial(publish_request, new_id=self._ids.new)
         self._consumers: weakref.WeakSet[Consumer[Any, Any]] = weakref.WeakSet()
         # The Publisher's stream routes, reading this client's metadata cache.
         self._routes = StreamRoutes(self, remember=False)
@@ -628,16 +630,8 @@ class Client:
         server rejects it. For throughput use the NATS-native Publisher.
         """
         partition = await self._partition_for(stream, key, value, partition, partitioner)
-        req = publish_request(
-            stream,
-            value,
-            key,
-            partition,
-            headers,
-            ack_policy,
-            correlation_id,
-            expected_offset,
-            self._ids.new,
+        req = self._publish_request(
+            stream, value, key, partition, headers, ack_policy, correlation_id, expected_offset
         )
 
         async def call(stub: Stub, left: float) -> Ack | None:
@@ -681,16 +675,8 @@ class Client:
         if timeout is not None:
             check_seconds(timeout, "timeout")
         partition = await self._partition_for(stream, key, value, partition, partitioner)
-        req = publish_request(
-            stream,
-            value,
-            key,
-            partition,
-            headers,
-            ack_policy,
-            correlation_id,
-            expected_offset,
-            self._ids.new,
+        req = self._publish_request(
+            stream, value, key, partition, headers, ack_policy, correlation_id, expected_offset
         )
         if self._async_publisher is None:
             self._async_publisher = AsyncPublisher(self._router)

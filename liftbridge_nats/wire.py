@@ -171,24 +171,16 @@ class PublishEncoder:
             raise ValueError("encode_keyed takes a value and a correlation id, without CRC")
         size = len(value)
         cid_size = len(correlation_id)
-        if not key:
-            return _join(
-                (
-                    self._value_lead,
-                    _SMALL_VARINTS[size] if size < 128 else _length(size),
-                    value,
-                    header_fields,
-                    self._cid_lead,
-                    _SMALL_VARINTS[cid_size] if cid_size < 128 else _length(cid_size),
-                    correlation_id,
-                    self._policy_fields[ack_policy],
-                )
-            )
-        key_size = len(key)
+        if key:
+            key_size = len(key)
+            lead = self._key_lead
+            key_length = _SMALL_VARINTS[key_size] if key_size < 128 else _length(key_size)
+        else:
+            lead, key_length, key = self._plain_prefix, b"", b""
         return _join(
             (
-                self._key_lead,
-                _SMALL_VARINTS[key_size] if key_size < 128 else _length(key_size),
+                lead,
+                key_length,
                 key,
                 _TAG_VALUE,
                 _SMALL_VARINTS[size] if size < 128 else _length(size),
