@@ -270,7 +270,7 @@ class Pipeline:
         self._max_payload = 0
         # The publisher's own correlation ids (see CorrelationIds), made inline on the
         # fast path; the reply subject (see InflightAckListener) carries only the counter.
-        ids = CorrelationIds()
+        self._ids = ids = CorrelationIds()
         self._cid_prefix = ids.prefix
         self._cid_counter = ids.counter
         self._valid_subjects: set[str] = set()
@@ -599,7 +599,7 @@ class Pipeline:
 
     def new_correlation_id(self) -> str:
         """A correlation id of this publisher's own."""
-        return self._cid_prefix + str(next(self._cid_counter))
+        return self._ids.new()
 
     def _reply_subject(self, cid: str) -> bytes:
         """The NATS reply subject of a message the checked way (see
