@@ -8,37 +8,60 @@ import types
 from liftbridge_nats._recvsize import MAX_READ_SIZE, READ_SIZE, cap_read_size, fit_read_size
 
 
-async def test_a_selector_socket_transport_reads_at_most_the_cap() -> None:
+async def _read_from_a_sender(size: int, protocol: type[_Reads]) -> list[int]:
+    """The sizes of the reads that took ``size`` bytes a local server sent at once."""
     loop = asyncio.get_running_loop()
-    received: list[bytes] = []
-    ended = asyncio.Event()
 
-    class Collect(asyncio.Protocol):
-        def data_received(self, data: bytes) -> None:
-            received.append(data)
-
-        def eof_received(self) -> None:
-            ended.set()
-
-    def send_and_close(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"x" * (3 * READ_SIZE))
+    async def send_and_close(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"x" * size)
+        await writer.drain()
         writer.close()
 
     server = await asyncio.start_server(send_and_close, "127.0.0.1", 0)
     try:
         port = server.sockets[0].getsockname()[1]
-        transport, _ = await loop.create_connection(Collect, "127.0.0.1", port)
-        assert transport.max_size > READ_SIZE  # type: ignore[attr-defined]  # asyncio's default
-        assert cap_read_size(transport)
-        assert transport.max_size == READ_SIZE  # type: ignore[attr-defined]
-        async with asyncio.timeout(5):
-            await ended.wait()
+        transport, reads = await loop.create_connection(protocol, "127.0.0.1", port)
+        async with asyncio.timeout(10):
+            await reads.ended.wait()
         transport.close()
     finally:
         server.close()
         await server.wait_closed()
-    assert sum(map(len, received)) == 3 * READ_SIZE
-    assert max(map(len, received)) <= READ_SIZE
+    assert sum(reads.received) == size
+    return reads.received
+
+
+class _Reads(asyncio.Protocol):
+    """Caps its transport's read size and records each read's."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.ended = asyncio.Event()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        assert transport.max_size > READ_SIZE  # type: ignore[attr-defined]  # asyncio's default
+        assert cap_read_size(transport)
+        assert transport.max_size == READ_SIZE  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        self.received.append(len(data))
+
+    def eof_received(self) -> None:
+        self.ended.set()
+
+
+class _FittedReads(_Reads):
+    """Also fits the read size after each read."""
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        fit_read_size(self.transport, len(data))
+
+
+async def test_a_selector_socket_transport_reads_at_most_the_cap() -> None:
+    received = await _read_from_a_sender(3 * READ_SIZE, _Reads)
+    assert max(received) <= READ_SIZE
 
 
 def test_other_transports_are_left_alone() -> None:
@@ -74,38 +97,6 @@ def test_the_read_size_follows_what_the_reads_bring() -> None:
 
 
 async def test_a_connection_that_keeps_sending_is_read_in_larger_blocks() -> None:
-    loop = asyncio.get_running_loop()
-    received: list[int] = []
-    ended = asyncio.Event()
-    total = 16 * MAX_READ_SIZE
-
-    class Fitted(asyncio.Protocol):
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            self.transport = transport
-            assert cap_read_size(transport)
-
-        def data_received(self, data: bytes) -> None:
-            received.append(len(data))
-            fit_read_size(self.transport, len(data))
-
-        def eof_received(self) -> None:
-            ended.set()
-
-    async def send_and_close(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"x" * total)
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(send_and_close, "127.0.0.1", 0)
-    try:
-        port = server.sockets[0].getsockname()[1]
-        # Nothing read until the sender is far ahead: the socket buffers hold plenty.
-        transport, _ = await loop.create_connection(Fitted, "127.0.0.1", port)
-        async with asyncio.timeout(10):
-            await ended.wait()
-        transport.close()
-    finally:
-        server.close()
-        await server.wait_closed()
-    assert sum(received) == total
+    # The sender writes far faster than one 64 KiB read a turn takes: reads fill.
+    received = await _read_from_a_sender(16 * MAX_READ_SIZE, _FittedReads)
     assert READ_SIZE < max(received) <= MAX_READ_SIZE
