@@ -60,6 +60,11 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="alternating rounds per publish/subscribe configuration (median reported)",
     )
+    p.add_argument(
+        "--services-rounds",
+        type=int,
+        help="alternating rounds of the services' patterns, their bare ceilings and Go peer",
+    )
     p.add_argument("--nodes", type=int, help="Liftbridge nodes (RF 3 cases need 3)")
     p.add_argument("--uvloop", action="store_true", help="run every Python client on uvloop")
     p.add_argument("--no-go", action="store_true", help="skip the go-liftbridge peer")
@@ -115,6 +120,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         changes["latency_rounds"] = args.latency_rounds
     if args.rounds is not None:
         changes["rounds"] = max(1, args.rounds)
+    if args.services_rounds is not None:
+        changes["services_rounds"] = max(1, args.services_rounds)
     if args.nodes is not None:
         changes["nodes"] = args.nodes
     if args.uvloop:

@@ -33,6 +33,8 @@ CEILING_OF = dict(zip(SERVICES, SERVICE_CEILINGS, strict=True))
 # the run reports as the peer's failure.
 GO_TASKS_100 = "go Publish, 100 goroutines"
 GO_PEER_OF = {OURS_TASKS_100: GO_TASKS_100}
+# The clients that run in the services' rounds (``Settings.services_rounds``).
+SERVICES_GROUP = frozenset((*SERVICES, *SERVICE_CEILINGS, *GO_PEER_OF.values()))
 # What telemetry and serializers cost, beside "ours" (which runs with opentelemetry-api
 # installed and no SDK configured): the same publishes with opentelemetry not importable,
 # with an OpenTelemetry SDK taking every span and the metrics, and with msgspec Structs

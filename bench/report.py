@@ -89,6 +89,30 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
+def _rate_ratio(cases: Iterable[Record], a: str, b: str, **match: Any) -> float | None:
+    """Client ``a``'s rate over client ``b``'s (both matching ``match``): the median of
+    the ratios of the rounds they ran side by side, or of their reported rates when
+    either ran once. Clients of one configuration run back to back in every round, so
+    each round's ratio compares them under the same machine; the machine's speed moves
+    between rounds more than the clients differ."""
+    return _paired_cases(cases, a, b, "rate", match)
+
+
+def _cpu_ratio(cases: Iterable[Record], a: str, b: str, **match: Any) -> float | None:
+    """Client ``a``'s CPU per message over client ``b``'s, as :func:`_rate_ratio`."""
+    return _paired_cases(cases, a, b, "cpu_us_per_msg", match)
+
+
+def _paired_cases(
+    cases: Iterable[Record], a: str, b: str, field: str, match: dict[str, Any]
+) -> float | None:
+    found = list(cases)
+    ca, cb = _find(found, a, **match), _find(found, b, **match)
+    if ca is None or cb is None or not _ok(ca) or not _ok(cb):
+        return None
+    return _paired(ca, cb, field)
+
+
 def _x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
@@ -150,12 +174,11 @@ def targets(record: Record) -> list[dict[str, Any]]:
     sizes = sorted({c["size"] for c in pub})
     for size in sizes:
         m = {"size": size, "ack": "LEADER", "partitions": 1, "replication": 1, "keyed": False}
-        ours = _rate(pub, plan.OURS, **m)
         gufo, gufo_mode = _gufo_best(pub, **m)
         bare = _rate(pub, plan.BARE, **m)
         row = _target(
             f"LEADER publish ≥ 10x gufo-liftbridge best mode ({gufo_mode or 'n/a'}), {_size(size)}",
-            _ratio(ours, gufo),
+            _rate_ratio(pub, plan.OURS, gufo_mode, **m) if gufo_mode else None,
             10.0,
         )
         if row["status"] == "missed" and gufo and bare and 10 * gufo > bare:
@@ -168,14 +191,14 @@ def targets(record: Record) -> list[dict[str, Any]]:
         rows.append(
             _target(
                 f"LEADER publish ≥ 1.0x go-liftbridge PublishAsync, {_size(size)}",
-                _ratio(ours, _rate(pub, plan.GO_ASYNC, **m)),
+                _rate_ratio(pub, plan.OURS, plan.GO_ASYNC, **m),
                 1.0,
             )
         )
         rows.append(
             _target(
                 f"LEADER publish ≥ 80% of the bare pipeline, {_size(size)}",
-                _ratio(ours, _rate(pub, plan.BARE, **m)),
+                _rate_ratio(pub, plan.OURS, plan.BARE, **m),
                 0.8,
             )
         )
@@ -190,8 +213,8 @@ def targets(record: Record) -> list[dict[str, Any]]:
             ratios = []
             for key in leader:
                 m = _m(key)
-                other = _gufo_best(pub, **m)[0] if peer is None else _rate(pub, peer, **m)
-                r = _ratio(_rate(pub, plan.OURS, **m), other)
+                other = _gufo_best(pub, **m)[1] if peer is None else peer
+                r = _rate_ratio(pub, plan.OURS, other, **m) if other else None
                 if r is not None:
                     ratios.append(r)
             if ratios:
@@ -229,7 +252,7 @@ def targets(record: Record) -> list[dict[str, Any]]:
         rows.append(
             _target(
                 f"subscribe ≥ 5x gufo-liftbridge, {_size(size)}",
-                _ratio(_rate(sub, plan.OURS, size=size), _rate(sub, plan.GUFO_SUB, size=size)),
+                _rate_ratio(sub, plan.OURS, plan.GUFO_SUB, size=size),
                 5.0,
             )
         )
@@ -237,7 +260,7 @@ def targets(record: Record) -> list[dict[str, Any]]:
         rows.append(
             _target(
                 f"subscribe ≥ 0.8x go-liftbridge, {_size(size)}",
-                _ratio(_rate(sub, plan.OURS, size=size), _rate(sub, plan.GO_SUB, size=size)),
+                _rate_ratio(sub, plan.OURS, plan.GO_SUB, size=size),
                 0.8,
             )
         )
@@ -246,14 +269,14 @@ def targets(record: Record) -> list[dict[str, Any]]:
         rows.append(
             _target(
                 "Spark batch read rows/s per task ≥ 0.8x the SDK's subscribe, same partition",
-                _ratio(_rate(sp, spark.READ), _rate(sp, spark.READ_PEER)),
+                _rate_ratio(sp, spark.READ, spark.READ_PEER),
                 0.8,
             )
         )
         rows.append(
             _target(
                 "Spark sink (local[2]) ≥ 0.9x a single Publisher",
-                _ratio(_rate(sp, spark.SINK), _rate(sp, spark.SINK_PEER)),
+                _rate_ratio(sp, spark.SINK, spark.SINK_PEER),
                 0.9,
             )
         )
@@ -327,10 +350,7 @@ def _services_targets(pub: list[Record]) -> list[dict[str, Any]]:
     for client in plan.SERVICES:
         worst(
             f"{client} (await publish) ≥ 0.95x its pattern's bare ceiling",
-            [
-                _ratio(_rate(pub, client, **_m(k)), _rate(pub, plan.CEILING_OF[client], **_m(k)))
-                for k in configs
-            ],
+            [_rate_ratio(pub, client, plan.CEILING_OF[client], **_m(k)) for k in configs],
             0.95,
         )
         go = plan.GO_PEER_OF.get(client)
@@ -346,12 +366,12 @@ def _services_targets(pub: list[Record]) -> list[dict[str, Any]]:
             continue
         worst(
             f"{client} (await publish) ≥ 1.0x {go}",
-            [_ratio(_rate(pub, client, **_m(k)), _rate(pub, go, **_m(k))) for k in configs],
+            [_rate_ratio(pub, client, go, **_m(k)) for k in configs],
             1.0,
         )
         worst(
             f"client CPU per acked message, {client} ≤ 1.0x {go}'s",
-            [_ratio(_cpu(pub, client, **_m(k)), _cpu(pub, go, **_m(k))) for k in configs],
+            [_cpu_ratio(pub, client, go, **_m(k)) for k in configs],
             1.0,
             lower=True,
         )
@@ -398,7 +418,7 @@ def _sync_targets(pub: list[Record]) -> list[dict[str, Any]]:
         rows.append(
             _target(
                 f"{what}, {_size(case['size'])}",
-                _ratio(_rate(pub, client, **m), _rate(pub, peer, **m)),
+                _rate_ratio(pub, client, peer, **m),
                 goal,
             )
         )
@@ -437,7 +457,7 @@ def _sync_table(cases: list[Record]) -> list[str]:
             f"| {client} | {_figure(case, 'rate', 0)} | {_figure(case, 'cpu_us_per_msg', 1)} "
             f"| {peer} | {_figure(peer_case, 'rate', 0)} "
             f"| {_figure(peer_case, 'cpu_us_per_msg', 1)} "
-            f"| {_x(_ratio(_rate(pub, client, **m), _rate(pub, peer, **m)))} | {goal}x |"
+            f"| {_x(_rate_ratio(pub, client, peer, **m))} | {goal}x |"
         )
     if portal is not None:
         if _ok(portal):
@@ -478,12 +498,11 @@ def ceilings(record: Record) -> list[dict[str, Any]]:
         ours_vs_go: list[float] = []
         for key in configs:
             m = _m(key)
-            bare, ours = _rate(pub, ceiling, **m), _rate(pub, pattern, **m)
-            if (r := _ratio(bare, _rate(pub, plan.OURS, **m))) is not None:
+            if (r := _rate_ratio(pub, ceiling, plan.OURS, **m)) is not None:
                 vs_async.append(r)
-            if (r := _ratio(ours, bare)) is not None:
+            if (r := _rate_ratio(pub, pattern, ceiling, **m)) is not None:
                 ours_vs.append(r)
-            if go_peer and (r := _ratio(ours, _rate(pub, go_peer, **m))) is not None:
+            if go_peer and (r := _rate_ratio(pub, pattern, go_peer, **m)) is not None:
                 ours_vs_go.append(r)
         if vs_async or ours_vs:
             rows.append(
@@ -569,14 +588,13 @@ def _services_table(cases: list[Record]) -> list[str]:
     for key in configs:
         m = _m(key)
         label = _pattern_label(key)
-        publish_async = _rate(pub, plan.OURS, **m)
         for name, client, ceiling in patterns:
             ours_c, bare_c = _find(pub, client, **m), _find(pub, ceiling, **m)
-            ours, bare = _rate(pub, client, **m), _rate(pub, ceiling, **m)
             out.append(
                 f"| {label} | {name} | {_figure(ours_c, 'rate', 0)} | "
-                f"{_figure(bare_c, 'rate', 0)} | {_x(_ratio(ours, bare))} | "
-                f"{_x(_ratio(bare, publish_async))} | {_figure(ours_c, 'cpu_us_per_msg', 1)} | "
+                f"{_figure(bare_c, 'rate', 0)} | {_x(_rate_ratio(pub, client, ceiling, **m))} | "
+                f"{_x(_rate_ratio(pub, ceiling, plan.OURS, **m))} | "
+                f"{_figure(ours_c, 'cpu_us_per_msg', 1)} | "
                 f"{_figure(bare_c, 'cpu_us_per_msg', 1)} |"
             )
     return out
@@ -615,10 +633,10 @@ def _go_patterns_table(cases: list[Record]) -> list[str]:
             out.append(
                 f"| {label} | {pattern.removeprefix('ours ')} | {_figure(ours_c, 'rate', 0)} "
                 f"| {_figure(go_c, 'rate', 0)} "
-                f"| {_x(_ratio(_rate(pub, pattern, **m), _rate(pub, go, **m)))} "
+                f"| {_x(_rate_ratio(pub, pattern, go, **m))} "
                 f"| {_figure(ours_c, 'cpu_us_per_msg', 1)} "
                 f"| {_figure(go_c, 'cpu_us_per_msg', 1)} "
-                f"| {_x(_ratio(_cpu(pub, pattern, **m), _cpu(pub, go, **m)))} |"
+                f"| {_x(_cpu_ratio(pub, pattern, go, **m))} |"
             )
     return out
 
@@ -838,8 +856,15 @@ def _machine_section(meta: Record) -> list[str]:
             else ""
         )
         + f"publish and subscribe cases in {s.get('rounds', 1)} alternating "
-        "round(s) per configuration (one-at-a-time peers in one), the round with the median "
-        "rate reported; subscribe reads "
+        "round(s) per configuration (one-at-a-time peers in one)"
+        + (
+            f", the services' patterns with their bare ceilings and go-liftbridge's "
+            f"goroutines in {s['services_rounds']} rounds of their own"
+            if "services_rounds" in s
+            else ""
+        )
+        + ", the round with the median rate reported, and a ratio of two clients the "
+        "median of their rounds' ratios; subscribe reads "
         f"{s['subscribe_count']:,} "
         f"messages; memory case {s['memory_count']:,} publishes; Go PublishAsync window "
         f"{s['go_window'] or 'unbounded'} (our Publisher's default max_inflight)"
@@ -903,12 +928,9 @@ def _publish_tables(cases: list[Record]) -> list[str]:
         ]
         for key in keys:
             m = _m(key)
-            ours = _rate(pub, plan.OURS, **m)
-            cells = [_x(_ratio(ours, _rate(pub, p, **m))) for p in peers]
+            cells = [_x(_rate_ratio(pub, plan.OURS, p, **m)) for p in peers]
             if uv:
-                cells.append(
-                    _x(_ratio(_rate(pub, plan.OURS_UVLOOP, **m), _rate(pub, plan.BARE_UVLOOP, **m)))
-                )
+                cells.append(_x(_rate_ratio(pub, plan.OURS_UVLOOP, plan.BARE_UVLOOP, **m)))
             out.append(f"| {key[1]} | {_label(key)} | " + " | ".join(cells) + " |")
     return out
 
@@ -1038,13 +1060,12 @@ def _subscribe_table(cases: list[Record]) -> list[str]:
             cells.append(
                 "failed" if case and not _ok(case) else _num(_rate(sub, client, size=size))
             )
-        ours = _rate(sub, plan.OURS, size=size)
         out.append(
             f"| {_size(size)} | "
             + " | ".join(cells)
-            + f" | {_x(_ratio(ours, _rate(sub, plan.GRPC_SUB, size=size)))}"
-            + f" | {_x(_ratio(ours, _rate(sub, plan.GUFO_SUB, size=size)))}"
-            + f" | {_x(_ratio(ours, _rate(sub, plan.GO_SUB, size=size)))} |"
+            + f" | {_x(_rate_ratio(sub, plan.OURS, plan.GRPC_SUB, size=size))}"
+            + f" | {_x(_rate_ratio(sub, plan.OURS, plan.GUFO_SUB, size=size))}"
+            + f" | {_x(_rate_ratio(sub, plan.OURS, plan.GO_SUB, size=size))} |"
         )
     out += [
         "",
@@ -1209,7 +1230,7 @@ def _spark_table(cases: list[Record]) -> list[str]:
         )
 
     def ratio(a: str, b: str) -> str:
-        return _x(_ratio(_rate(sp, a), _rate(sp, b)))
+        return _x(_rate_ratio(sp, a, b))
 
     count = {c["client"]: c["count"] for c in sp}
     return [
@@ -1273,8 +1294,12 @@ def _method() -> list[str]:
         "",
         "- Every case runs in a fresh process (a worker) on a fresh stream that is deleted "
         "afterwards; all clients of one configuration run back to back, in alternating "
-        "rounds (A B C, then C B A, ...); each client's round with the median rate is the one "
-        "reported, and results.json keeps every round's rate. CPU is the worker "
+        "rounds (A B C, then C B A, ...), the services' patterns with their peers in rounds "
+        "of their own; each client's round with the median rate is the one reported, and "
+        "results.json keeps every round's rate. A ratio of two clients that ran in the same "
+        "rounds is the median of the rounds' ratios, so the tables' ratios can differ from "
+        "the quotient of their figures: the machine's speed moves between rounds more than "
+        "the clients differ, and within a round both see the same machine. CPU is the worker "
         "process's CPU time (all threads) over the timed section divided by the messages; "
         "peak memory is the process's VmHWM.",
         "- Each publish case first sends the warm-up messages (connections, stream, "

@@ -452,14 +452,17 @@ class Runner:
             for c in cases
         }
 
-    async def run_rounds(self, cases: list[Case], index: int) -> dict[str, dict[str, Any]]:
-        """Run the clients of one configuration in alternating rounds; report the median.
+    async def run_rounds(
+        self, cases: list[Case], index: int, rounds: int | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """Run the clients of one configuration in alternating rounds (``rounds``, by
+        default the settings' ``rounds``); report the median.
 
         Each round runs every client once (a fresh stream each time), in the opposite
         order of the round before. A client's reported result is its round with the
         median rate; every round's rate is kept under ``rates_per_round``.
         """
-        rounds = max(1, self.settings.rounds)
+        rounds = max(1, self.settings.rounds if rounds is None else rounds)
         runs: dict[str, list[dict[str, Any]]] = {c.id: [] for c in cases}
         for r in range(rounds):
             probe = machine.speed_probe()
@@ -578,10 +581,17 @@ async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> di
                 result = pooled[case.id]
             elif case.section in ("publish", "subscribe", "fanout"):
                 if case.id not in pooled:
+                    # The services' patterns and their peers run in rounds of their own.
+                    services = case.client in plan.SERVICES_GROUP
                     partners = [
-                        c for c in cases if c.section == case.section and c.config == case.config
+                        c
+                        for c in cases
+                        if c.section == case.section
+                        and c.config == case.config
+                        and (c.client in plan.SERVICES_GROUP) == services
                     ]
-                    pooled.update(await runner.run_rounds(partners, index))
+                    rounds = settings.services_rounds if services else settings.rounds
+                    pooled.update(await runner.run_rounds(partners, index, rounds))
                 result = pooled[case.id]
             else:
                 result = await runner.run_case(case, index)
@@ -648,6 +658,7 @@ async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> di
                 "e2e_warmup_seconds": settings.e2e_warmup_seconds,
                 "e2e_rounds": settings.e2e_rounds,
                 "rounds": settings.rounds,
+                "services_rounds": settings.services_rounds,
                 "subscribe_count": settings.subscribe_count,
                 "fanout_partitions": list(settings.fanout_partitions),
                 "fanout_count": settings.fanout_count,

@@ -273,3 +273,40 @@ def test_the_speed_probe_times_the_loop() -> None:
     # Three million additions take CPython tens of milliseconds at the very least; a
     # probe that skipped its loop would report nothing like that.
     assert all(10 < ms < 60_000 for ms in probes)
+
+
+def _with_rounds(record: dict[str, Any], client: str, rates: list[float]) -> None:
+    for case in record["cases"]:
+        if case["client"] == client:
+            result = case["result"]
+            result["rates_per_round"] = rates
+            result["cpu_us_per_msg_per_round"] = [result["cpu_us_per_msg"]] * len(rates)
+            result["rate"] = sorted(rates)[len(rates) // 2]
+
+
+def test_a_ratio_of_clients_run_in_the_same_rounds_is_the_median_of_the_rounds_ratios() -> None:
+    record = _record()
+    # The machine's speed moves between rounds, both clients with it: ours is at 0.98x
+    # its ceiling in four rounds of five, while their median rounds (80k, 95k) are 0.84x
+    # apart.
+    _with_rounds(record, plan.OURS_BURST, [98_000.0, 58_800.0, 117_600.0, 68_600.0, 80_000.0])
+    _with_rounds(record, plan.BARE_BURST, [100_000.0, 60_000.0, 120_000.0, 70_000.0, 95_000.0])
+    rows = {row["target"]: row for row in report.targets(record)}
+    (burst,) = [
+        r
+        for name, r in rows.items()
+        if name.startswith(f"{plan.OURS_BURST} (await publish) ≥ 0.95x its pattern's")
+    ]
+    assert burst["ratio"] == pytest.approx(0.98) and burst["status"] == "met"
+    row = {r["pattern"]: r for r in report.ceilings(record)}[plan.OURS_BURST]
+    assert row["ours_vs_ceiling"] == [pytest.approx(0.98)] * 2
+    # With one figure each (no rounds), the ratio of the figures.
+    assert report._rate_ratio(record["cases"], plan.OURS, plan.BARE) == pytest.approx(0.8)
+
+
+def test_the_services_patterns_run_in_rounds_of_their_own() -> None:
+    assert {*plan.SERVICES, *plan.SERVICE_CEILINGS, plan.GO_TASKS_100} == plan.SERVICES_GROUP
+    assert plan.OURS not in plan.SERVICES_GROUP and plan.BARE not in plan.SERVICES_GROUP
+    full = Settings.full()
+    assert full.services_rounds > full.rounds
+    assert Settings.quick_preset(Path(".")).services_rounds == 1
