@@ -27,6 +27,8 @@ import inspect
 from types import FunctionType
 from typing import TYPE_CHECKING, Any, get_type_hints
 
+# Before anything of the package imports grpc (see the module).
+from . import _fork_safety  # noqa: F401
 from ._ack_listener import AckListener
 from ._acks import AckStats
 from ._checks import DEFAULT_MAX_PARTITIONS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import pickle
 import re
 import subprocess
@@ -87,3 +88,24 @@ def test_examples_readme_and_guides_import_public_modules_only() -> None:
             assert len(parts) == 1 or parts[1] not in PRIVATE_NOW, (where, module)
             imports += 1
     assert imports > 20
+
+
+def test_grpc_fork_handlers_are_off_unless_the_application_chose() -> None:
+    # Read once when grpc is imported: the package must set it before any import of it.
+    code = (
+        "import os, sys\n"
+        "import liftbridge_nats\n"
+        "from liftbridge_nats import Client\n"
+        "assert 'grpc' in sys.modules\n"
+        "print(os.environ['GRPC_ENABLE_FORK_SUPPORT'])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
+    default = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert default.stdout.strip() == "false", default.stderr
+    chosen = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "GRPC_ENABLE_FORK_SUPPORT": "true"},
+        capture_output=True,
+        text=True,
+    )
+    assert chosen.stdout.strip() == "true", chosen.stderr
