@@ -1240,9 +1240,10 @@ def _spark_table(cases: list[Record]) -> list[str]:
         "Read: one task reads the whole partition into Spark's `noop` sink; its rate is "
         "rows over the task's run time as Spark reports it (no job scheduling). Sink: "
         '`df.write.format("liftbridge")` from a `local[2]` session, two tasks, ALL acks, '
-        "two partitions, against one Python Publisher with `publish_async`, and against "
-        "two such Publishers in two processes with half the rows each (the sink's shape, "
-        "two tasks in two Python workers, without Spark). The read and "
+        "two partitions, against one Python Publisher with `publish_async` publishing the "
+        "same values (built before it is timed), and against two such Publishers in two "
+        "processes with half the rows each (the sink's shape, two tasks in two Python "
+        "workers, without Spark). The read and "
         "the sink each run once, untimed, before the rounds: the JVM compiles its hot "
         "paths over its first rows, and a cold first round ran 0.6-0.75x the later ones. "
         "Every write goes to a new stream, deleted after its round, so that every write's "

@@ -1,8 +1,8 @@
 """One write task: publish the rows of Arrow batches with the Publisher, count the acks.
 
 The loop runs once per row, so it does as little as it can there: columns are turned
-into Python lists once per batch, each partition's subject is computed once, rows
-with neither a key nor a partition take a round-robin counter, and acks are not
+into Python lists once per batch, each partition's subject is computed once, a batch
+of rows with neither a key nor a partition goes to one partition, and acks are not
 watched with a callback per message (one scheduled callback each) but collected
 from the head of a queue of futures as they settle (acks arrive in order). A task
 succeeds only when every row it published was acked without error. The Publisher and
@@ -13,10 +13,12 @@ every task the Python worker runs.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from liftbridge_nats import (
@@ -34,7 +36,14 @@ from . import _connections
 from ._options import WriteOptions
 from ._schema import WriteColumns
 
-__all__ = ["PartitionOffsets", "SinkTask", "Target", "TaskResult", "publish_rows"]
+__all__ = [
+    "PartitionOffsets",
+    "SinkTask",
+    "Target",
+    "TaskResult",
+    "first_partition",
+    "publish_rows",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,56 +78,61 @@ class TaskResult:
 class _Ledger:
     """Futures of published rows, settled in order; the first failure wins.
 
-    The futures wait in one deque and their partitions (-1: a bare subject) in another,
-    side by side: a (partition, future) pair per row would be one more object per row
-    alive until its ack, for the garbage collector to scan again and again.
-
-    A partition's offsets are read from its first ack and its latest one only:
-    reading an ack's fields decodes the whole ack (the publisher hands acks over
-    undecoded), which per row cost about a fifth of a task's CPU. The sink never
+    Counting an ack only looks at its future: which partition a row went to is kept
+    apart, per partition, when it is published (its first row's future, its latest
+    row's future and its count), so a settled future is one pop and one check. Reading
+    an ack's fields decodes the whole ack (the publisher hands acks over undecoded),
+    which per row cost about a fifth of a task's CPU: a partition's offsets are read
+    from its first ack and its latest one only, once the task is done. The sink never
     re-sends, and one connection's publishes to a partition are stored in the order
     sent, so these are its lowest and highest offsets. A task publishes every row with
     one ack policy: a partition's rows all bring an ack, or none does (AckPolicy.NONE).
     """
 
-    __slots__ = ("acked", "error", "failed", "futures", "partitions", "ranges", "rows")
+    __slots__ = ("acked", "error", "failed", "futures", "ranges", "rows")
 
     def __init__(self) -> None:
         self.rows = 0
         self.acked = 0
         self.failed = 0
         self.error: BaseException | None = None
-        # Per partition: [first offset, the future of its latest ack, count].
+        # Per partition: [the future of its first row, of its latest row, row count].
         self.ranges: dict[int, list[Any]] = {}
         self.futures: deque[asyncio.Future[Ack | None]] = deque()
-        self.partitions: deque[int] = deque()
+
+    def placed(
+        self,
+        partition: int,
+        first: asyncio.Future[Ack | None],
+        last: asyncio.Future[Ack | None],
+        count: int,
+    ) -> None:
+        """Note ``count`` rows published to ``partition`` (-1: a bare subject, no
+        offsets), from the row of ``first`` to the row of ``last``."""
+        if partition < 0:
+            return
+        r = self.ranges.get(partition)
+        if r is None:
+            self.ranges[partition] = [first, last, count]
+        else:
+            r[1] = last
+            r[2] += count
 
     def drain(self) -> None:
         """Count every settled future at the head of the queue."""
-        futures, partitions, ranges = self.futures, self.partitions, self.ranges
-        next_future, next_partition = futures.popleft, partitions.popleft
+        futures = self.futures
+        next_future = futures.popleft
         acked = 0
         while futures and futures[0].done():
             fut = next_future()
-            partition = next_partition()
             try:
                 exc = fut.exception()
             except asyncio.CancelledError:
                 exc = PublishError("the publish was cancelled before its ack")
-            if exc is not None:
-                self._fail(exc)
-                continue
-            acked += 1
-            if partition < 0:
-                continue
-            r = ranges.get(partition)
-            if r is not None:
-                r[1] = fut
-                r[2] += 1
+            if exc is None:
+                acked += 1
             else:
-                ack = fut.result()
-                if ack is not None:  # AckPolicy.NONE: no offsets
-                    ranges[partition] = [ack.offset, fut, 1]
+                self._fail(exc)
         self.acked += acked
 
     def _fail(self, exc: BaseException) -> None:
@@ -127,10 +141,13 @@ class _Ledger:
             self.error = exc
 
     def offsets(self) -> tuple[PartitionOffsets, ...]:
-        return tuple(
-            PartitionOffsets(p, first, last.result().offset, count)
-            for p, (first, last, count) in sorted(self.ranges.items())
-        )
+        """Each partition's offsets; only once every row is acked without error."""
+        out = []
+        for p, (first, last, count) in sorted(self.ranges.items()):
+            ack = first.result()
+            if ack is not None:  # AckPolicy.NONE: no offsets
+                out.append(PartitionOffsets(p, ack.offset, last.result().offset, count))
+        return tuple(out)
 
 
 def _as_bytes(column: Any) -> list[Any]:
@@ -163,25 +180,27 @@ def _header_maps(column: Any) -> list[dict[str, bytes] | None]:
 
 class _Router:
     """Each row's partition and subject: the partition column, else the key (the SDK's
-    :class:`KeyPartitioner`, the official Go client's choice), else round-robin."""
+    :class:`KeyPartitioner`, the official Go client's choice), else the batch's.
 
-    def __init__(self, target: Target) -> None:
+    Rows with neither a partition nor a key are spread as Kafka's sticky partitioner
+    spreads records without a key: an Arrow batch's rows go to one partition, the next
+    batch's to the next. Each partition leader gets them in long runs from one
+    connection, which it stores in fewer, larger batches than rows taking turns from
+    every task. Where a task starts is :func:`first_partition`.
+    """
+
+    def __init__(self, target: Target, first: int = 0) -> None:
         self.stream = target.stream or ""
         self.count = target.partitions
         count = target.partitions or 1
         self.subjects = [partition_subject(target.subject, p) for p in range(count)]
         self._by_key = KeyPartitioner()
-        self._next = 0
+        self.sticky = first % count if target.partitions is not None else -1
 
-    def spread(self) -> int:
-        """The next partition of the round-robin."""
-        p = self._next
-        self._next = (p + 1) % len(self.subjects)
-        return p
-
-    def spread_from(self, partition: int) -> None:
-        """Carry the round-robin on at ``partition`` (after a batch counted it locally)."""
-        self._next = partition % len(self.subjects)
+    def next_batch(self) -> None:
+        """Move the rows without a key or partition on to the next partition."""
+        if self.sticky >= 0:
+            self.sticky = (self.sticky + 1) % len(self.subjects)
 
     def pick(self, partition: Any, key: bytes | None, value: bytes) -> int:
         """The partition of one row (-1: a bare subject, published as is)."""
@@ -196,64 +215,69 @@ class _Router:
         if self.count is None:
             return -1
         if key is None:
-            return self.spread()
+            return self.sticky
         return self._by_key.partition(self.stream, key, value, self.count)
+
+
+def first_partition(stage: int, task: int, partitions: int) -> int:
+    """Where a task's rows without a key or partition start: the tasks of one Spark
+    stage (one write, or one micro-batch) start one partition apart, at an offset drawn
+    from the stage id. Tasks running side by side so write to different partitions, a
+    retried task starts where its first attempt did, and writes or micro-batches of a
+    single task do not all start at the same partition."""
+    return (random.Random(stage).randrange(partitions) + task) % partitions
 
 
 async def _publish_batch(
     pub: Publisher, router: _Router, ledger: _Ledger, cols: WriteColumns, batch: Any, policy: Any
 ) -> None:
     values = _as_bytes(batch.column(cols.value))
+    if not values:
+        return
     keys = None if cols.key is None else _as_bytes(batch.column(cols.key))
     headers = None if cols.headers is None else _header_maps(batch.column(cols.headers))
     parts = None if cols.partition is None else batch.column(cols.partition).to_pylist()
     publish_async, subjects = pub.publish_async, router.subjects
-    futures, add_partition = ledger.futures, ledger.partitions.append
+    futures, drain = ledger.futures, ledger.drain
     add_future = futures.append
     ledger.rows += len(values)
     # Settled futures are counted as soon as the head of the queue settles: a future
     # kept after its ack holds the ack too, for the garbage collector to scan.
     if keys is None and headers is None and parts is None:
-        # No key, no header, no partition column: values only, round-robin (or one
-        # bare subject, partition -1).
-        if router.count is None:
-            subject = subjects[0]
-            for value in values:
-                add_future(
-                    await publish_async(subject, b"" if value is None else value, ack_policy=policy)
-                )
-                add_partition(-1)
-                if futures[0].done():
-                    ledger.drain()
-            return
-        n = len(subjects)
-        p = router.spread()
-        for value in values:
-            add_future(
-                await publish_async(subjects[p], b"" if value is None else value, ack_policy=policy)
-            )
-            add_partition(p)
+        # Values only: the whole batch goes to the router's partition (or to the bare
+        # subject, partition -1).
+        p = router.sticky
+        subject = subjects[max(p, 0)]
+        value = values[0]
+        first = fut = await publish_async(
+            subject, b"" if value is None else value, ack_policy=policy
+        )
+        add_future(fut)
+        for value in islice(values, 1, None):
+            fut = await publish_async(subject, b"" if value is None else value, ack_policy=policy)
+            add_future(fut)
             if futures[0].done():
-                ledger.drain()
-            p = p + 1 if p + 1 < n else 0
-        router.spread_from(p)
+                drain()
+        ledger.placed(p, first, fut, len(values))
+        router.next_batch()
         return
+    placed = ledger.placed
     for i, value in enumerate(values):
         value = b"" if value is None else value
         key = None if keys is None else keys[i]
         p = router.pick(None if parts is None else parts[i], key, value)
-        add_future(
-            await publish_async(
-                subjects[max(p, 0)],
-                value,
-                key=key,
-                headers=None if headers is None else headers[i],
-                ack_policy=policy,
-            )
+        fut = await publish_async(
+            subjects[max(p, 0)],
+            value,
+            key=key,
+            headers=None if headers is None else headers[i],
+            ack_policy=policy,
         )
-        add_partition(p)
+        add_future(fut)
+        placed(p, fut, fut, 1)
         if futures[0].done():
-            ledger.drain()
+            drain()
+    router.next_batch()
 
 
 class SinkTask:
@@ -263,10 +287,13 @@ class SinkTask:
     loop goes on taking acks while the next batch is read.
     """
 
-    def __init__(self, opts: WriteOptions, target: Target, cols: WriteColumns, task: int) -> None:
+    def __init__(
+        self, opts: WriteOptions, target: Target, cols: WriteColumns, task: int, stage: int = 0
+    ) -> None:
         self._opts, self._target, self._cols, self._task = opts, target, cols, task
         self._ledger = _Ledger()
-        self._router = _Router(target)
+        first = first_partition(stage, task, target.partitions) if target.partitions else 0
+        self._router = _Router(target, first=first)
         self._pub: Publisher[Any, Any] | None = None
         self._started = time.monotonic()
 
@@ -323,15 +350,21 @@ class SinkTask:
 
 
 def publish_rows(
-    opts: WriteOptions, target: Target, cols: WriteColumns, batches: Iterable[Any], task: int
+    opts: WriteOptions,
+    target: Target,
+    cols: WriteColumns,
+    batches: Iterable[Any],
+    task: int,
+    stage: int = 0,
 ) -> TaskResult:
     """Publish every row of ``batches`` (Arrow record batches) and wait for the acks,
-    on the process's background loop with its cached Publisher.
+    on the process's background loop with its cached Publisher; ``task`` and ``stage``
+    are the Spark partition and stage ids (see :func:`first_partition`).
 
     Raises :class:`~liftbridge_nats.PublishError` (so Spark retries the task)
     unless every row was acked without error.
     """
-    sink = SinkTask(opts, target, cols, task)
+    sink = SinkTask(opts, target, cols, task, stage)
     _portal.call(sink.start)
     try:
         for batch in batches:

@@ -55,11 +55,12 @@ class LiftbridgeCommitMessage(WriterCommitMessage):
     seconds: float = 0.0
 
 
-def _task_id() -> int:
+def _task_ids() -> tuple[int, int]:
+    """This task's Spark stage and partition ids."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
-    return ctx.partitionId() if ctx is not None else 0
+    return (ctx.stageId(), ctx.partitionId()) if ctx is not None else (0, 0)
 
 
 def summarize(messages: Iterable[WriterCommitMessage | None], where: str, policy: AckPolicy) -> str:
@@ -120,8 +121,8 @@ class _WriterBase:
         return self._target.stream or self._target.subject
 
     def _write(self, iterator: Iterator[Any]) -> LiftbridgeCommitMessage:
-        task = _task_id()
-        done = publish_rows(self._opts, self._target, self._cols, iterator, task)
+        stage, task = _task_ids()
+        done = publish_rows(self._opts, self._target, self._cols, iterator, task, stage=stage)
         return LiftbridgeCommitMessage(task, done.rows, done.acked, done.offsets, done.seconds)
 
 

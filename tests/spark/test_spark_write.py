@@ -77,6 +77,35 @@ def test_batch_write_reads_back(
     )
 
 
+def test_rows_without_a_key_go_a_batch_at_a_time_from_each_task_s_own_partition(
+    spark: SparkSession, liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
+) -> None:
+    stream = unique_name("sticky")
+    create_stream(liftbridge_cluster, stream, 3)
+    # Two tasks of 60 rows, in Arrow batches of 10: six batches each.
+    df = spark.range(120, numPartitions=2).selectExpr("cast(cast(id as string) as binary) AS value")
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "10")
+    try:
+        _save(df, _writer_options(liftbridge_cluster, stream=stream))
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
+    got = {int(m.value): m.partition for m in read_all(liftbridge_cluster, stream)}
+    assert sorted(got) == list(range(120))
+    # Each batch of a task goes to one partition, the next batch to the next one; the
+    # second task starts one partition after the first (where the first starts depends
+    # on the write's stage id).
+    first = got[0]
+    expected = {i: (first + i // 60 + (i % 60) // 10) % 3 for i in range(120)}
+    assert got == expected
+    counts = [sum(1 for p in got.values() if p == q) for q in range(3)]
+    assert counts == [40, 40, 40]
+
+
 def test_write_to_bare_subject(
     spark: SparkSession, liftbridge_cluster: LocalCluster, unique_name: Callable[[str], str]
 ) -> None:
@@ -153,15 +182,15 @@ def test_writer_commit_messages_and_summary(
     message = writer.write(iter([_arrow_batch([b"a", b"b", b"c"]), _arrow_batch([b"d"])]))
     assert isinstance(message, LiftbridgeCommitMessage)
     assert message.rows == message.acked == 4
-    # Round-robin over two partitions: offsets 0-1 in each.
-    assert [(o.partition, o.first, o.last, o.count) for o in message.offsets] == [
-        (0, 0, 1, 2),
-        (1, 0, 1, 2),
-    ]
+    # Each Arrow batch goes to one partition, the next batch to the other one.
+    offsets = {o.partition: (o.first, o.last, o.count) for o in message.offsets}
+    first = next(p for p, (_, _, count) in offsets.items() if count == 3)
+    assert offsets == {first: (0, 2, 3), 1 - first: (0, 0, 1)}
     with caplog.at_level(logging.INFO, logger="liftbridge_nats.spark"):
         writer.commit([message, None])
     assert f"4 row(s) to '{stream}' from 1 task(s), ack_policy=ALL" in caplog.text
-    assert "p0: 2 in [0, 1], p1: 2 in [0, 1]" in caplog.text
+    shown = {first: "3 in [0, 2]", 1 - first: "1 in [0, 0]"}
+    assert f"p0: {shown[0]}, p1: {shown[1]}" in caplog.text
 
 
 def test_writer_fails_when_acks_are_missing(
