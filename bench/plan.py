@@ -186,6 +186,22 @@ def round_order(cases: list[Case], round_index: int) -> list[Case]:
     return cases if round_index % 2 == 0 else cases[::-1]
 
 
+def round_partners(case: Case, cases: list[Case], settings: Settings) -> tuple[list[Case], int]:
+    """The cases that run in rounds with ``case`` (a publish, subscribe or fan-out case)
+    and how many rounds: its section and configuration, the services' group apart from
+    the other clients, the group in ``settings.services_rounds`` rounds and the others in
+    ``settings.rounds``."""
+    services = case.client in SERVICES_GROUP
+    partners = [
+        c
+        for c in cases
+        if c.section == case.section
+        and c.config == case.config
+        and (c.client in SERVICES_GROUP) == services
+    ]
+    return partners, settings.services_rounds if services else settings.rounds
+
+
 def build(settings: Settings) -> list[Case]:
     """Every case of a run, in execution order."""
     cases: list[Case] = []

@@ -663,8 +663,17 @@ def _paired(a: Record | None, b: Record | None, field: str) -> float | None:
     ra, rb = a["result"], b["result"]
     key = "rates_per_round" if field == "rate" else "cpu_us_per_msg_per_round"
     xs, ys = ra.get(key) or [], rb.get(key) or []
-    if len(xs) > 1 and len(xs) == len(ys) and all(ys):
-        return float(statistics.median(x / y for x, y in zip(xs, ys, strict=True)))
+    na, nb = ra.get("round_numbers"), rb.get("round_numbers")
+    if na is not None and nb is not None and len(na) == len(xs) and len(nb) == len(ys):
+        # Rounds by number: a round one client failed leaves the other's unpaired.
+        theirs = dict(zip(nb, ys, strict=True))
+        pairs = [(x, theirs[n]) for n, x in zip(na, xs, strict=True) if n in theirs]
+    elif len(xs) == len(ys):
+        pairs = list(zip(xs, ys, strict=True))  # results from before round numbers
+    else:
+        pairs = []
+    if len(pairs) > 1 and all(y for _, y in pairs):
+        return float(statistics.median(x / y for x, y in pairs))
     return _ratio(ra.get(field), rb.get(field))
 
 

@@ -460,7 +460,9 @@ class Runner:
 
         Each round runs every client once (a fresh stream each time), in the opposite
         order of the round before. A client's reported result is its round with the
-        median rate; every round's rate is kept under ``rates_per_round``.
+        median rate; every round's rate is kept under ``rates_per_round`` and the
+        rounds it comes from (0-based) under ``round_numbers``, so that two clients' rounds
+        pair up even when one of them failed a round the other did not.
         """
         rounds = max(1, self.settings.rounds if rounds is None else rounds)
         runs: dict[str, list[dict[str, Any]]] = {c.id: [] for c in cases}
@@ -473,17 +475,19 @@ class Runner:
                 if r and c.client in plan.SEQUENTIAL_CLIENTS:
                     # One message in flight: ~30 s per run and far behind; once is enough.
                     continue
-                runs[c.id].append(await self.run_case(c, index))
+                runs[c.id].append({**await self.run_case(c, index), "round": r})
         out: dict[str, dict[str, Any]] = {}
         for c in cases:
             done = [x for x in runs[c.id] if "error" not in x]
             if not done:
-                out[c.id] = runs[c.id][0]
+                out[c.id] = {k: v for k, v in runs[c.id][0].items() if k != "round"}
                 continue
             by_rate = sorted(done, key=lambda x: float(x.get("rate", 0.0)))
             median = dict(by_rate[len(by_rate) // 2])
+            del median["round"]
             if rounds > 1:
                 median["rounds"] = len(done)
+                median["round_numbers"] = [x["round"] for x in done]
                 median["rates_per_round"] = [round(float(x.get("rate", 0.0))) for x in done]
                 median["cpu_us_per_msg_per_round"] = [
                     round(float(x.get("cpu_us_per_msg", 0.0)), 2) for x in done
@@ -582,15 +586,7 @@ async def run(settings: Settings, go_binary: Path | None, go_missing: str) -> di
             elif case.section in ("publish", "subscribe", "fanout"):
                 if case.id not in pooled:
                     # The services' patterns and their peers run in rounds of their own.
-                    services = case.client in plan.SERVICES_GROUP
-                    partners = [
-                        c
-                        for c in cases
-                        if c.section == case.section
-                        and c.config == case.config
-                        and (c.client in plan.SERVICES_GROUP) == services
-                    ]
-                    rounds = settings.services_rounds if services else settings.rounds
+                    partners, rounds = plan.round_partners(case, cases, settings)
                     pooled.update(await runner.run_rounds(partners, index, rounds))
                 result = pooled[case.id]
             else:

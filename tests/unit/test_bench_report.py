@@ -310,3 +310,37 @@ def test_the_services_patterns_run_in_rounds_of_their_own() -> None:
     full = Settings.full()
     assert full.services_rounds > full.rounds
     assert Settings.quick_preset(Path(".")).services_rounds == 1
+    # What the runner runs together, on every configuration of the full plan that has the
+    # patterns: the group in its rounds, everything else of the configuration in the others.
+    cases = plan.build(full)
+    grouped = 0
+    for config in {c.config for c in cases if c.client == plan.OURS_TASKS_100}:
+        of_config = [c for c in cases if c.section == "publish" and c.config == config]
+        services, services_rounds = plan.round_partners(
+            next(c for c in of_config if c.client == plan.OURS_TASKS_100), cases, full
+        )
+        others, other_rounds = plan.round_partners(
+            next(c for c in of_config if c.client == plan.OURS), cases, full
+        )
+        assert {c.client for c in services} == {*plan.SERVICES_GROUP} & {
+            c.client for c in of_config
+        }
+        assert plan.GO_TASKS_100 in {c.client for c in services}
+        assert not {c.client for c in others} & plan.SERVICES_GROUP
+        assert sorted(c.id for c in [*services, *others]) == sorted(c.id for c in of_config)
+        assert (services_rounds, other_rounds) == (full.services_rounds, full.rounds)
+        grouped += 1
+    assert grouped == 6
+
+
+def test_rounds_pair_up_by_number_when_a_client_failed_a_round() -> None:
+    # ours failed round 1, the ceiling round 3: rounds 0, 2 and 4 pair up.
+    ours = {"rate": 90.0, "rates_per_round": [90.0, 45.0, 99.0], "round_numbers": [0, 2, 4]}
+    ceiling = {"rate": 100.0, "rates_per_round": [100.0, 50.0, 200.0, 110.0]}
+    ceiling["round_numbers"] = [0, 1, 2, 4]
+    ratio = report._paired({"result": ours}, {"result": ceiling}, "rate")
+    assert ratio == pytest.approx(0.9)
+    # Without round numbers (results of older runs), rounds pair by position.
+    del ours["round_numbers"], ceiling["round_numbers"]
+    ceiling["rates_per_round"] = [100.0, 50.0, 110.0]
+    assert report._paired({"result": ours}, {"result": ceiling}, "rate") == pytest.approx(0.9)
