@@ -189,13 +189,13 @@ class _Router:
     every task. Where a task starts is :func:`first_partition`.
     """
 
-    def __init__(self, target: Target, first: int = 0) -> None:
+    def __init__(self, target: Target, stage: int = 0, task: int = 0) -> None:
         self.stream = target.stream or ""
         self.count = target.partitions
         count = target.partitions or 1
         self.subjects = [partition_subject(target.subject, p) for p in range(count)]
         self._by_key = KeyPartitioner()
-        self.sticky = first % count if target.partitions is not None else -1
+        self.sticky = -1 if self.count is None else first_partition(stage, task, self.count)
 
     def next_batch(self) -> None:
         """Move the rows without a key or partition on to the next partition."""
@@ -292,8 +292,7 @@ class SinkTask:
     ) -> None:
         self._opts, self._target, self._cols, self._task = opts, target, cols, task
         self._ledger = _Ledger()
-        first = first_partition(stage, task, target.partitions) if target.partitions else 0
-        self._router = _Router(target, first=first)
+        self._router = _Router(target, stage, task)
         self._pub: Publisher[Any, Any] | None = None
         self._started = time.monotonic()
 

@@ -140,13 +140,14 @@ def _target(partitions: int | None) -> Target:
 
 
 def test_rows_without_key_or_partition_go_one_batch_to_a_partition_from_the_task_s_own() -> None:
-    router = _Router(_target(3), first=4)  # the task with Spark partition id 4
+    router = _Router(_target(3), stage=9, task=4)  # the task with Spark partition id 4
+    start = first_partition(9, 4, 3)
     seen = []
     for _ in range(4):
         seen.append(router.pick(None, None, b"v"))
         assert router.pick(None, None, b"w") == seen[-1]  # the whole batch
         router.next_batch()
-    assert seen == [1, 2, 0, 1]
+    assert seen == [start, (start + 1) % 3, (start + 2) % 3, start]
     # Keys and the partition column are not moved by it.
     keyed = router.pick(None, b"cust-7", b"v")
     router.next_batch()
@@ -170,7 +171,7 @@ def test_tasks_of_a_stage_start_apart_and_stages_start_at_different_partitions()
 
 
 def test_rows_for_a_bare_subject_have_no_partition() -> None:
-    router = _Router(_target(None), first=1)
+    router = _Router(_target(None), stage=3, task=1)
     assert router.pick(None, None, b"v") == -1 and router.pick(None, b"k", b"v") == -1
     router.next_batch()
     assert router.sticky == -1 and router.subjects == ["orders"]
